@@ -1,0 +1,28 @@
+"""python -m stack {up|down|status|versions}"""
+
+from __future__ import annotations
+
+import argparse
+
+from stack import lifecycle
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "status", "versions"])
+    command = parser.parse_args().command
+    if command == "up":
+        started = lifecycle.up()
+        print("started: " + (", ".join(started) or "nothing (all running)"))
+        command = "status"
+    if command == "down":
+        lifecycle.down()
+        command = "status"
+    report = lifecycle.status() if command == "status" else lifecycle.versions()
+    width = max(map(len, report))
+    for name, value in report.items():
+        print(f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()

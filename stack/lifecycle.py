@@ -1,0 +1,61 @@
+"""Up, down, status and versions of the whole local stack."""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import version as dist_version
+
+from stack import airflow, kafka, postgres, spark
+from stack.settings import ENV_SH, environment, write_env_sh
+
+
+def up() -> list[str]:
+    """Starts what is not running; returns the names of the services it started."""
+    started = []
+    if not postgres.initialised():
+        airflow.forget_migration()
+    if postgres.start():
+        started.append("postgres")
+    try:
+        if kafka.start():
+            started.append("kafka")
+        spark.write_conf()
+        write_env_sh()
+        airflow.migrate()
+    except BaseException:
+        down(started)
+        raise
+    return started
+
+
+def down(names: list[str] | None = None) -> None:
+    """Stops the named services (all by default), Kafka before the database."""
+    names = ["kafka", "postgres"] if names is None else names
+    if "kafka" in names:
+        kafka.stop()
+    if "postgres" in names:
+        postgres.stop()
+
+
+def status() -> dict[str, str]:
+    env = environment()
+    pg, broker = postgres.pid(), kafka.pid()
+    return {
+        "postgres": f"running pid {pg}, {env['PIPELINE_DB_URL'].split('@')[1]}" if pg else "stopped",
+        "kafka": f"running pid {broker}, {env['KAFKA_BOOTSTRAP_SERVERS']}" if broker else "stopped",
+        "env": str(ENV_SH) if ENV_SH.exists() else "not written yet (run `python -m stack up`)",
+    }
+
+
+def versions() -> dict[str, str]:
+    """What a bug report needs; asks the running services and the JVMs themselves."""
+    return {
+        "python": sys.version.split()[0],
+        "kafka broker": kafka.version(),
+        "spark (JVM)": spark.version(),
+        "pyspark": dist_version("pyspark"),
+        "airflow": airflow.version(),
+        "apache-airflow-providers-apache-spark": dist_version("apache-airflow-providers-apache-spark"),
+        "confluent-kafka": dist_version("confluent-kafka"),
+        "postgresql": postgres.version() if postgres.pid() else "stopped",
+    }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh machine, from the project's
+# own files only: Debian packages (PostgreSQL server, JDK, Maven), the Python
+# environment from requirements.lock, and the Kafka broker and Spark connector
+# jars from Maven Central. Idempotent: each step is skipped while the stamp of
+# its inputs is unchanged, so a warm run takes about a second.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOCAL="$ROOT/.local"
+STAMPS="$LOCAL/stamps"
+UV_VERSION=0.13.8
+mkdir -p "$STAMPS"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# up_to_date NAME FILE...: true when NAME's stamp matches the files' hash.
+up_to_date() {
+  local name=$1; shift
+  [[ -f "$STAMPS/$name" && "$(cat "$@" | sha256sum)" == "$(cat "$STAMPS/$name")" ]]
+}
+stamp() { local name=$1; shift; cat "$@" | sha256sum >"$STAMPS/$name"; }
+
+apt_install() {
+  local missing=()
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+  command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
+  command -v mvn >/dev/null || missing+=(maven)
+  if ((${#missing[@]})); then
+    [[ $(id -u) == 0 ]] || { log "missing Debian packages: ${missing[*]} (install them as root)"; exit 1; }
+    log "apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  # The Debian package starts a cluster of its own on 5432; this project runs
+  # its own server in .local/ and needs nothing from that one.
+}
+
+python_env() {
+  up_to_date venv "$ROOT/requirements.lock" "$0" && [[ -x "$ROOT/.venv/bin/python" ]] && return
+  if [[ ! -x "$LOCAL/tools/bin/uv" ]]; then
+    log "installing uv $UV_VERSION into .local/tools"
+    python3.11 -m venv "$LOCAL/tools"
+    "$LOCAL/tools/bin/pip" install -q "uv==$UV_VERSION"
+  fi
+  log "syncing .venv from requirements.lock"
+  [[ -x "$ROOT/.venv/bin/python" ]] || "$LOCAL/tools/bin/uv" venv -q --python python3.11 "$ROOT/.venv"
+  # The lock leaves out pyspark-client (pulled by the Spark provider): it
+  # installs into the same pyspark/ package as pyspark and could leave the
+  # Python side of Spark at another version than its jars.
+  "$LOCAL/tools/bin/uv" pip sync -q --python "$ROOT/.venv/bin/python" "$ROOT/requirements.lock"
+  stamp venv "$ROOT/requirements.lock" "$0"
+}
+
+# maven_jars NAME: copies the runtime classpath of stack/poms/NAME.xml into .local/jars/NAME.
+maven_jars() {
+  local name=$1 pom="$ROOT/stack/poms/$1.xml" out="$LOCAL/jars/$1"
+  up_to_date "jars-$name" "$pom" && [[ -d "$out" ]] && return
+  log "fetching $name jars from Maven Central"
+  rm -rf "$out"
+  mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$out"
+  stamp "jars-$name" "$pom"
+}
+
+apt_install
+python_env
+maven_jars kafka
+maven_jars spark

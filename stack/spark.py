@@ -1,0 +1,40 @@
+"""Spark's local configuration: every job (spark-submit or an in-process
+SparkSession) reads SPARK_CONF_DIR, so the connector jars are set once here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from stack.settings import JARS, LOOPBACK, SPARK_CONF_DIR, process_environment
+
+
+def write_conf() -> None:
+    jars = sorted((JARS / "spark").glob("*.jar"))
+    if not jars:
+        raise RuntimeError(f"no Spark connector jars in {JARS / 'spark'}: run stack/setup.sh")
+    SPARK_CONF_DIR.mkdir(parents=True, exist_ok=True)
+    (SPARK_CONF_DIR / "spark-defaults.conf").write_text(
+        f"spark.jars {','.join(str(j) for j in jars)}\n"
+        f"spark.driver.host {LOOPBACK}\n"
+        f"spark.driver.bindAddress {LOOPBACK}\n"
+        "spark.ui.enabled false\n"
+        "spark.sql.session.timeZone UTC\n"
+        "spark.sql.shuffle.partitions 4\n"
+    )
+    (SPARK_CONF_DIR / "log4j2.properties").write_text(
+        "rootLogger.level = warn\n"
+        "rootLogger.appenderRef.stderr.ref = console\n"
+        "appender.console.type = Console\n"
+        "appender.console.name = console\n"
+        "appender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\n"
+        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+    )
+
+
+def version() -> str:
+    """The JVM side's version, as spark-submit reports it."""
+    out = subprocess.run(["spark-submit", "--version"], env=process_environment(),
+                         capture_output=True, text=True, check=True)
+    return re.search(r"version (\d+\.\d+\.\d+\S*)", out.stdout + out.stderr).group(1)
