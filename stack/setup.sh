@@ -57,7 +57,9 @@ maven_jars() {
   up_to_date "jars-$name" "$pom" && [[ -d "$out" ]] && return
   log "fetching $name jars from Maven Central"
   rm -rf "$out"
-  mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$out"
+  # Maven 3.8 prints colour resets even in batch mode; strip them.
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$out" 2>&1 |
+    sed 's/\x1b\[[0-9;]*m//g' >&2
   stamp "jars-$name" "$pom"
 }
 

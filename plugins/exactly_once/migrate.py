@@ -1,0 +1,40 @@
+"""Applies sql/migrations/*.sql in order, each once, recorded in exactly_once.schema_migrations.
+
+    python -m exactly_once.migrate      (the database from PIPELINE_DB_URL)
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+from exactly_once import db
+from exactly_once.sqlfiles import SQL_DIR, text
+
+
+def migrate(connection) -> list[str]:
+    """Applies pending migrations in one transaction; returns the versions applied."""
+    applied_now = []
+    with connection, connection.cursor() as cur:
+        # Concurrent migrators (parallel DAG runs) wait here instead of racing.
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended('exactly_once:migrate', 0))")
+        cur.execute("CREATE SCHEMA IF NOT EXISTS exactly_once")
+        cur.execute("CREATE TABLE IF NOT EXISTS exactly_once.schema_migrations "
+                    "(version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+        cur.execute("SELECT version FROM exactly_once.schema_migrations")
+        done = {row[0] for row in cur.fetchall()}
+        for path in sorted((SQL_DIR / "migrations").glob("*.sql")):
+            if path.stem not in done:
+                cur.execute(text(f"migrations/{path.name}"))
+                cur.execute("INSERT INTO exactly_once.schema_migrations (version) VALUES (%s)", (path.stem,))
+                applied_now.append(path.stem)
+    return applied_now
+
+
+def main() -> None:
+    with closing(db.connect()) as connection:
+        applied = migrate(connection)
+    print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+-- Statements of the protocol (plugins/exactly_once/protocol.py), by name.
+-- {staging} and {final} are identifiers filled in with psycopg2.sql.
+
+-- name: lock_pipeline
+-- Serializes registration, planning and recovery of one pipeline.
+SELECT pg_advisory_xact_lock(hashtextextended('exactly_once:' || %(pipeline)s, 0));
+
+-- name: register_pipeline
+INSERT INTO exactly_once.pipelines (name, config) VALUES (%(pipeline)s, %(config)s)
+ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config
+WHERE exactly_once.pipelines.config IS DISTINCT FROM EXCLUDED.config;
+
+-- name: table_columns
+SELECT a.attname::text
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass(%(table)s) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum;
+
+-- name: unique_indexes
+-- The column sets of the table's unique indexes (what ON CONFLICT can use).
+SELECT array_agg(a.attname::text ORDER BY a.attname)
+FROM pg_index i
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+WHERE i.indrelid = to_regclass(%(table)s) AND i.indisunique AND i.indpred IS NULL
+GROUP BY i.indexrelid;
+
+-- name: create_staging
+CREATE TABLE IF NOT EXISTS {staging} (LIKE {final}, checkpoint_id bigint NOT NULL, attempt int NOT NULL);
+CREATE INDEX IF NOT EXISTS {staging_index} ON {staging} (checkpoint_id, attempt);
+
+-- name: staged_summary
+-- Row count and an order-independent checksum of one attempt's staging rows.
+SELECT count(*), coalesce(sum(hashtextextended(s::text, 0)), 0)::text
+FROM {staging} AS s
+WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s;
+
+-- name: delete_staging
+-- All attempts of the checkpoint when attempt is NULL.
+DELETE FROM {staging}
+WHERE checkpoint_id = %(checkpoint_id)s AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s);
+
+-- name: checkpoint
+SELECT id, dag_run_id, state::text, attempt, interval_start, interval_end, lease_until,
+       precommitted_attempt, staged, records, reason
+FROM exactly_once.checkpoints
+WHERE id = %(checkpoint_id)s AND pipeline = %(pipeline)s
+FOR UPDATE;
+
+-- name: checkpoint_of_run
+SELECT id FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s AND dag_run_id = %(dag_run_id)s;
+
+-- name: checkpoint_ranges
+SELECT topic, partition, from_offset, to_offset
+FROM exactly_once.checkpoint_ranges
+WHERE checkpoint_id = %(checkpoint_id)s
+ORDER BY topic, partition;
+
+-- name: partitions
+SELECT topic, partition, start_offset, frontier FROM exactly_once.partitions WHERE pipeline = %(pipeline)s;
+
+-- name: released_ranges
+-- Ranges of aborted checkpoints not yet planned again, the oldest per partition.
+SELECT DISTINCT ON (topic, partition) checkpoint_id, topic, partition, from_offset, to_offset
+FROM exactly_once.checkpoint_ranges
+WHERE pipeline = %(pipeline)s AND released AND replanned_by IS NULL
+ORDER BY topic, partition, from_offset;
+
+-- name: insert_checkpoint
+INSERT INTO exactly_once.checkpoints
+    (pipeline, dag_run_id, interval_start, interval_end, state, lease_until, created_at, committed_at)
+VALUES (%(pipeline)s, %(dag_run_id)s, %(interval_start)s, %(interval_end)s,
+        %(state)s, %(lease_until)s, %(now)s, CASE WHEN %(state)s = 'committed' THEN %(now)s END)
+RETURNING id;
+
+-- name: insert_range
+INSERT INTO exactly_once.checkpoint_ranges (checkpoint_id, pipeline, topic, partition, from_offset, to_offset)
+VALUES (%(checkpoint_id)s, %(pipeline)s, %(topic)s, %(partition)s, %(from_offset)s, %(to_offset)s);
+
+-- name: mark_replanned
+UPDATE exactly_once.checkpoint_ranges SET replanned_by = %(checkpoint_id)s
+WHERE checkpoint_id = %(released_from)s AND topic = %(topic)s AND partition = %(partition)s;
+
+-- name: set_frontier
+INSERT INTO exactly_once.partitions (pipeline, topic, partition, start_offset, frontier)
+VALUES (%(pipeline)s, %(topic)s, %(partition)s, %(start_offset)s, %(frontier)s)
+ON CONFLICT (pipeline, topic, partition) DO UPDATE SET frontier = EXCLUDED.frontier;
+
+-- name: insert_gap
+INSERT INTO exactly_once.gaps (pipeline, topic, partition, from_offset, to_offset, checkpoint_id, recorded_at)
+VALUES (%(pipeline)s, %(topic)s, %(partition)s, %(from_offset)s, %(to_offset)s, %(checkpoint_id)s, %(now)s);
+
+-- name: start_attempt
+UPDATE exactly_once.checkpoints
+SET state = 'running', attempt = attempt + 1, lease_until = %(lease_until)s, reason = NULL
+WHERE id = %(checkpoint_id)s
+RETURNING attempt;
+
+-- name: insert_attempt
+INSERT INTO exactly_once.attempts (checkpoint_id, attempt, started_at)
+VALUES (%(checkpoint_id)s, %(attempt)s, %(now)s);
+
+-- name: end_attempts
+-- Ends the checkpoint's attempts still in `from_state` (one attempt, or all when attempt is NULL).
+UPDATE exactly_once.attempts
+SET state = %(state)s, ended_at = %(now)s, reason = %(reason)s
+WHERE checkpoint_id = %(checkpoint_id)s AND state = %(from_state)s
+  AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s);
+
+-- name: mark_precommitted
+UPDATE exactly_once.checkpoints
+SET state = 'precommitted', precommitted_attempt = %(attempt)s, staged = %(staged)s,
+    records = %(records)s, precommitted_at = %(now)s
+WHERE id = %(checkpoint_id)s;
+
+-- name: mark_planned
+-- Back to be run again: a failed attempt, or staged data that changed after pre-commit.
+UPDATE exactly_once.checkpoints
+SET state = 'planned', precommitted_attempt = NULL, staged = NULL, records = NULL,
+    precommitted_at = NULL, reason = %(reason)s, lease_until = %(lease_until)s
+WHERE id = %(checkpoint_id)s;
+
+-- name: promote_ranges
+INSERT INTO exactly_once.committed_ranges (pipeline, topic, partition, from_offset, to_offset, checkpoint_id, committed_at)
+SELECT pipeline, topic, partition, from_offset, to_offset, checkpoint_id, %(now)s
+FROM exactly_once.checkpoint_ranges
+WHERE checkpoint_id = %(checkpoint_id)s AND from_offset < to_offset;
+
+-- name: mark_committed
+UPDATE exactly_once.checkpoints SET state = 'committed', committed_at = %(now)s WHERE id = %(checkpoint_id)s;
+
+-- name: mark_aborted
+UPDATE exactly_once.checkpoints SET state = 'aborted', reason = %(reason)s WHERE id = %(checkpoint_id)s;
+UPDATE exactly_once.checkpoint_ranges SET released = true WHERE checkpoint_id = %(checkpoint_id)s;
+
+-- name: recoverable
+-- Pre-committed checkpoints (to commit) and abandoned ones whose lease ran out (to abort).
+SELECT id, state::text
+FROM exactly_once.checkpoints
+WHERE pipeline = %(pipeline)s
+  AND (state = 'precommitted' OR (state IN ('planned', 'running') AND lease_until < %(now)s))
+ORDER BY id;

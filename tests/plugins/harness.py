@@ -1,0 +1,171 @@
+"""Test harness for the protocol: a pipeline with one sink of each mode on real
+PostgreSQL, records produced to real Kafka, and the oracle of what the final
+tables must hold.
+
+`Driver` plays the Spark job's part (reading the frozen ranges read_committed
+and writing staging rows) with a plain consumer and psycopg2, so the protocol
+is tested on its own; jobs/ has its own tests against the same oracle.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from contextlib import closing
+from dataclasses import dataclass
+
+import psycopg2
+from confluent_kafka import Consumer, TopicPartition
+from psycopg2.extras import execute_values
+
+from exactly_once.config import PipelineConfig, load_config
+from exactly_once.merge import DEAD_LETTERS
+from exactly_once.planning import OffsetRange
+from exactly_once.protocol import Committable, Ledger
+from tests.kafka_records import Produced
+
+FINAL_TABLES = """
+CREATE SCHEMA {schema};
+CREATE TABLE {schema}.events (id text NOT NULL, k text NOT NULL, n bigint NOT NULL,
+    kafka_topic text NOT NULL, kafka_partition int NOT NULL, kafka_offset bigint NOT NULL,
+    UNIQUE (kafka_topic, kafka_partition, kafka_offset));
+CREATE TABLE {schema}.latest (k text PRIMARY KEY, n bigint NOT NULL, kafka_partition int NOT NULL,
+    kafka_offset bigint NOT NULL);
+CREATE TABLE {schema}.totals (k text PRIMARY KEY, records bigint NOT NULL, total bigint NOT NULL,
+    smallest bigint NOT NULL, largest bigint NOT NULL);
+"""
+
+
+def make_pipeline(db_url: str, topic: str, **overrides) -> PipelineConfig:
+    name = f"p{uuid.uuid4().hex[:10]}"
+    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
+        cur.execute(FINAL_TABLES.format(schema=name))
+    return load_config({
+        "name": name,
+        "source": {"topics": [topic], "value_schema": {"id": "string", "k": "string", "n": "bigint"}},
+        "sinks": [
+            {"name": "events", "table": f"{name}.events", "mode": "append"},
+            {"name": "latest", "table": f"{name}.latest", "mode": "upsert", "keys": ["k"]},
+            {"name": "totals", "table": f"{name}.totals", "mode": "aggregate", "keys": ["k"],
+             "measures": {"records": "count", "total": "sum", "smallest": "min", "largest": "max"}},
+        ],
+        **overrides,
+    })
+
+
+def order(i: int, k: str, n: int) -> bytes:
+    return json.dumps({"id": f"o{i}", "k": k, "n": n}).encode()
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+def parse(value: bytes) -> dict | None:
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    ok = isinstance(parsed, dict) and isinstance(parsed.get("id"), str) and isinstance(parsed.get("k"), str) \
+        and type(parsed.get("n")) is int
+    return parsed if ok else None
+
+
+def expected_tables(records: list[Record]) -> dict[str, set]:
+    """What the final tables must hold after every one of `records` was committed once."""
+    events, latest, groups, dead = set(), {}, defaultdict(list), set()
+    for r in records:
+        v = parse(r.value)
+        if v is None:
+            dead.add((r.topic, r.partition, r.offset, r.value))
+            continue
+        events.add((v["id"], v["k"], v["n"], r.topic, r.partition, r.offset))
+        if v["k"] not in latest or (r.offset, r.partition) > (latest[v["k"]][3], latest[v["k"]][2]):
+            latest[v["k"]] = (v["k"], v["n"], r.partition, r.offset)
+        groups[v["k"]].append(v["n"])
+    totals = {(k, len(ns), sum(ns), min(ns), max(ns)) for k, ns in groups.items()}
+    return {"events": events, "latest": set(latest.values()), "totals": totals, "dead_letters": dead}
+
+
+def committed_records(produced: list[Produced], topic: str) -> list[Record]:
+    return [Record(topic, p.partition, p.offset, p.key, p.value) for p in produced if p.committed]
+
+
+def actual_tables(db_url: str, config: PipelineConfig) -> dict[str, set]:
+    schema = config.name
+    with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
+        out = {}
+        for table, columns in (("events", "id, k, n, kafka_topic, kafka_partition, kafka_offset"),
+                               ("latest", "k, n, kafka_partition, kafka_offset"),
+                               ("totals", "k, records, total, smallest, largest")):
+            cur.execute(f"SELECT {columns} FROM {schema}.{table}")
+            out[table] = set(cur.fetchall())
+        cur.execute('SELECT topic, partition, "offset", value FROM exactly_once.dead_letters WHERE pipeline = %s',
+                    (config.name,))
+        out["dead_letters"] = {(t, p, o, bytes(v)) for t, p, o, v in cur.fetchall()}
+    return out
+
+
+def committed_ranges(db_url: str, pipeline: str) -> list[tuple]:
+    with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT topic, partition, from_offset, to_offset FROM exactly_once.committed_ranges "
+                    "WHERE pipeline = %s ORDER BY topic, partition, from_offset", (pipeline,))
+        return cur.fetchall()
+
+
+class Driver:
+    """Stands in for the Spark job: one attempt of one checkpoint."""
+
+    def __init__(self, ledger: Ledger, servers: str, db_url: str):
+        self.ledger, self.servers, self.db_url = ledger, servers, db_url
+
+    def run(self, checkpoint_id: int) -> Committable:
+        checkpoint = self.ledger.start_attempt(checkpoint_id)
+        rows = self.write_staging(checkpoint_id, checkpoint.attempt, self.read(checkpoint.ranges))
+        return self.ledger.pre_commit(checkpoint_id, checkpoint.attempt, rows, records=sum(rows.values()))
+
+    def read(self, ranges: tuple[OffsetRange, ...]) -> list[Record]:
+        wanted = [r for r in ranges if r.size]
+        if not wanted:
+            return []
+        consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "driver",
+                             "isolation.level": "read_committed", "enable.auto.commit": False})
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in wanted])
+        ends = {(r.topic, r.partition): r.end for r in wanted}
+        out, deadline = [], time.monotonic() + 60
+        try:
+            while any(consumer.position([TopicPartition(t, p)])[0].offset < end for (t, p), end in ends.items()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"ranges {wanted} not read within 60 s")
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None and msg.offset() < ends[(msg.topic(), msg.partition())]:
+                    out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+        finally:
+            consumer.close()
+        return out
+
+    def write_staging(self, checkpoint_id: int, attempt: int, records: list[Record]) -> dict[str, int]:
+        expected = expected_tables(records)
+        name = self.ledger.config.name
+        tag = (checkpoint_id, attempt)
+        tables = {
+            "events": ("id, k, n, kafka_topic, kafka_partition, kafka_offset", expected["events"]),
+            "latest": ("k, n, kafka_partition, kafka_offset", expected["latest"]),
+            "totals": ("k, records, total, smallest, largest", expected["totals"]),
+        }
+        with closing(psycopg2.connect(self.db_url)) as conn, conn, conn.cursor() as cur:
+            for sink, (columns, rows) in tables.items():
+                execute_values(cur, f"INSERT INTO exactly_once.stg_{name}_{sink} ({columns}, checkpoint_id, attempt) "
+                                    "VALUES %s", [(*row, *tag) for row in rows])
+            execute_values(cur, 'INSERT INTO exactly_once.staging_dead_letters (topic, partition, "offset", value, '
+                                "reason, pipeline, checkpoint_id, attempt) VALUES %s",
+                           [(*row, "not an order", name, *tag) for row in expected["dead_letters"]])
+        return {**{sink: len(rows) for sink, (_, rows) in tables.items()},
+                DEAD_LETTERS: len(expected["dead_letters"])}

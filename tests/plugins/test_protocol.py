@@ -1,0 +1,450 @@
+"""The commit protocol against real PostgreSQL and Kafka: one test per promise of
+DESIGN.md (1-7; 8 is the Spark job's, its dead-letter half is here too), then
+the races and faults the ledger must survive. Every test ends on the oracle:
+the final tables equal what the committed Kafka records say, to the row."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import closing
+from datetime import datetime, timedelta, timezone
+
+import psycopg2
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from exactly_once.kafka_offsets import KafkaOffsets
+from exactly_once.migrate import migrate
+from exactly_once.planning import DataLossError
+from exactly_once.protocol import (CommitOutcome, Fenced, Ledger, NotPreCommitted, NotRunnable, SinkTableError,
+                                   StagedDataChanged)
+from tests.kafka_records import produce_transactions
+from tests.plugins.harness import (Driver, actual_tables, committed_ranges, committed_records, expected_tables,
+                                   make_pipeline, order)
+
+KEYS = ("apple", "pear", "plum", "fig")
+
+
+def workload(first: int, rounds: int = 2) -> list:
+    """Committed and aborted transactions over all three partitions, keys that
+    repeat (so upserts and aggregates merge), and two malformed values."""
+    transactions = []
+    for r in range(rounds):
+        i = first + 100 * r
+        records = [(p, KEYS[(i + j) % 4].encode(), order(i + j, KEYS[(i + j) % 4], i + j)) for j, p in
+                   enumerate((0, 1, 2, 0, 1, 2, 0))]
+        transactions.append((True, records))
+        transactions.append((False, [(p, b"x", order(i + 50 + p, "apple", 10_000)) for p in (0, 1, 2)]))
+    transactions.append((True, [(1, None, b"{not json"), (2, b"fig", b'{"id": "o9", "k": "fig", "n": "nine"}')]))
+    return transactions
+
+
+class Pipeline:
+    """One pipeline on one topic, with the produced records remembered for the oracle."""
+
+    def __init__(self, db_url: str, servers: str, topic: str, connect=None, clock=None, fault=None, **config):
+        self.db_url, self.servers, self.topic = db_url, servers, topic
+        self.config = make_pipeline(db_url, topic, **config)
+        options = {k: v for k, v in (("clock", clock), ("fault", fault)) if v is not None}
+        self.ledger = Ledger(self.config, connect or (lambda: psycopg2.connect(db_url)), **options)
+        self.driver = Driver(self.ledger, servers, db_url)
+        self.produced = []
+        self._runs = 0
+
+    def produce(self, transactions) -> None:
+        self.produced += produce_transactions(self.servers, self.topic, transactions)
+
+    def begin(self, dag_run_id: str | None = None, interval_end: datetime | None = None):
+        self._runs += 1
+        with KafkaOffsets(self.servers) as kafka:
+            return self.ledger.begin(dag_run_id or f"run{self._runs}", None, interval_end, kafka)
+
+    def run_once(self) -> int:
+        """A DAG run that goes well: begin, one attempt, commit."""
+        checkpoint = self.begin().checkpoint
+        if not checkpoint.is_empty:
+            self.driver.run(checkpoint.id)
+            assert self.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+        return checkpoint.id
+
+    def expected(self) -> dict[str, set]:
+        return expected_tables(committed_records(self.produced, self.topic))
+
+    def actual(self) -> dict[str, set]:
+        return actual_tables(self.db_url, self.config)
+
+    def assert_exact(self) -> None:
+        expected, actual = self.expected(), self.actual()
+        for table in expected:
+            assert actual[table] == expected[table], f"{table}: lost {expected[table] - actual[table]}, " \
+                                                     f"unexpected {actual[table] - expected[table]}"
+
+
+@pytest.fixture
+def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
+    return Pipeline(ledger_db, kafka_servers, topic)
+
+
+def query(db_url: str, statement: str, *params) -> list[tuple]:
+    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchall() if cur.description else []
+
+
+def state(pipeline: Pipeline, checkpoint_id: int) -> str:
+    return pipeline.ledger.checkpoint(checkpoint_id).state
+
+
+def assert_contiguous_from_start(pipeline: Pipeline) -> None:
+    """Committed ranges and gaps tile each partition from where the pipeline started to its frontier."""
+    starts = {(t, p): (s, f) for t, p, s, f in query(
+        pipeline.db_url, "SELECT topic, partition, start_offset, frontier FROM exactly_once.partitions "
+                         "WHERE pipeline = %s", pipeline.config.name)}
+    pieces = query(pipeline.db_url, "SELECT topic, partition, from_offset, to_offset FROM exactly_once.committed_ranges "
+                                    "WHERE pipeline = %s UNION ALL SELECT topic, partition, from_offset, to_offset "
+                                    "FROM exactly_once.gaps WHERE pipeline = %s", pipeline.config.name,
+                   pipeline.config.name)
+    for (topic, partition), (start, frontier) in starts.items():
+        ranges = sorted((a, b) for t, p, a, b in pieces if (t, p) == (topic, partition))
+        covered = start
+        for a, b in ranges:
+            assert a == covered, f"{topic}[{partition}]: after {covered} the next committed range starts at {a}"
+            covered = b
+        assert covered == frontier, f"{topic}[{partition}]: committed up to {covered}, planned up to {frontier}"
+
+
+# -- the promises -------------------------------------------------------------------------
+
+
+def test_promise_1_every_committed_record_counts_once_and_aborted_ones_never(pipeline):
+    pipeline.produce(workload(0))
+    pipeline.run_once()
+    pipeline.produce(workload(1000))
+    pipeline.run_once()
+    pipeline.run_once()  # nothing new: an empty checkpoint, committed without an attempt
+
+    pipeline.assert_exact()
+    expected = pipeline.expected()
+    assert len(expected["events"]) == 28 and len(expected["dead_letters"]) == 4
+    assert 10_000 not in {row[2] for row in pipeline.actual()["events"]}  # every aborted record has n = 10000
+
+
+def test_promise_2_the_database_refuses_an_offset_committed_twice_and_ranges_are_contiguous(pipeline):
+    pipeline.produce(workload(0))
+    first = pipeline.run_once()
+    pipeline.produce(workload(1000))
+    pipeline.run_once()
+    assert_contiguous_from_start(pipeline)
+
+    topic, partition, start, end = committed_ranges(pipeline.db_url, pipeline.config.name)[0]
+    with pytest.raises(psycopg2.errors.ExclusionViolation):
+        query(pipeline.db_url, "INSERT INTO exactly_once.committed_ranges (pipeline, topic, partition, from_offset, "
+                               "to_offset, checkpoint_id) VALUES (%s, %s, %s, %s, %s, %s)",
+              pipeline.config.name, topic, partition, end - 1, end + 5, first)
+    pipeline.assert_exact()
+
+
+def retention_pipeline(ledger_db, kafka_servers, topic, allow_data_loss: bool) -> Pipeline:
+    """Three offsets of partition 0 committed, then retention deletes offsets below 6."""
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, max_records_per_run=3, allow_data_loss=allow_data_loss)
+    pipeline.produce([(True, [(0, b"k", order(i, "apple", i)) for i in range(10)])])
+    pipeline.run_once()
+    admin = AdminClient({"bootstrap.servers": kafka_servers})
+    [future] = admin.delete_records([TopicPartition(topic, 0, 6)]).values()
+    assert future.result(timeout=30).low_watermark == 6
+    return pipeline
+
+
+def test_promise_2_records_deleted_by_retention_stop_the_pipeline_naming_partition_and_offsets(
+        ledger_db, kafka_servers, topic):
+    pipeline = retention_pipeline(ledger_db, kafka_servers, topic, allow_data_loss=False)
+    with pytest.raises(DataLossError, match=rf"{topic}\[0\]: offsets 3\.\.5 \(3 records\) were deleted"):
+        pipeline.begin()
+    assert query(ledger_db, "SELECT count(*) FROM exactly_once.checkpoints WHERE pipeline = %s",
+                 pipeline.config.name) == [(1,)]  # the failed plan left nothing behind
+
+
+def test_promise_2_allowed_data_loss_records_the_gap(ledger_db, kafka_servers, topic):
+    pipeline = retention_pipeline(ledger_db, kafka_servers, topic, allow_data_loss=True)
+    pipeline.run_once()
+    pipeline.run_once()
+    assert query(ledger_db, "SELECT topic, partition, from_offset, to_offset FROM exactly_once.gaps "
+                            "WHERE pipeline = %s", pipeline.config.name) == [(topic, 0, 3, 6)]
+    assert_contiguous_from_start(pipeline)
+    assert sorted(row[5] for row in pipeline.actual()["events"]) == [0, 1, 2, 6, 7, 8, 9]
+
+
+def test_promise_3_a_concurrent_reader_never_sees_half_a_checkpoint(ledger_db, kafka_servers, topic):
+    seen, done = [], threading.Event()
+    pipeline = Pipeline(ledger_db, kafka_servers, topic)
+
+    def read_snapshots():
+        with closing(psycopg2.connect(ledger_db)) as conn:
+            conn.set_session(isolation_level="REPEATABLE READ")
+            while not done.is_set():
+                with conn, conn.cursor() as cur:
+                    cur.execute(f"SELECT (SELECT count(*) FROM {pipeline.config.name}.events), "
+                                f"(SELECT count(*) FROM {pipeline.config.name}.totals), "
+                                "(SELECT coalesce(sum(to_offset - from_offset), 0) FROM exactly_once.committed_ranges "
+                                "WHERE pipeline = %s)", (pipeline.config.name,))
+                    seen.append(cur.fetchone())
+
+    pipeline.produce(workload(0))
+    first = pipeline.begin().checkpoint
+    pipeline.driver.run(first.id)
+    reader = threading.Thread(target=read_snapshots)
+    reader.start()
+    try:
+        pipeline.ledger.commit(first.id)
+        pipeline.produce(workload(1000))
+        second = pipeline.ledger.checkpoint(pipeline.run_once())
+    finally:
+        done.set()
+        reader.join()
+    offsets = [sum(r.size for r in c.ranges) for c in (first, second)]
+    whole_checkpoints = {(0, 0, 0), (14, 4, offsets[0]), (28, 4, sum(offsets))}
+    assert set(seen) <= whole_checkpoints and len(set(seen)) >= 2, set(seen)
+    pipeline.assert_exact()
+
+
+def test_promise_3_a_commit_that_fails_before_commit_leaves_nothing_visible(ledger_db, kafka_servers, topic):
+    def fail(point):
+        if point == "commit.before_commit":
+            raise RuntimeError("crash inside the commit transaction")
+
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, fault=fail)
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    pipeline.driver.run(checkpoint.id)
+    with pytest.raises(RuntimeError, match="crash inside"):
+        pipeline.ledger.commit(checkpoint.id)
+    assert all(not rows for rows in pipeline.actual().values())
+    assert committed_ranges(ledger_db, pipeline.config.name) == []
+    assert state(pipeline, checkpoint.id) == "precommitted"
+
+
+def test_promise_4_commit_twice_is_already_committed_and_changes_nothing(pipeline):
+    pipeline.produce(workload(0))
+    checkpoint_id = pipeline.run_once()
+    before = pipeline.actual(), committed_ranges(pipeline.db_url, pipeline.config.name)
+    assert pipeline.ledger.commit(checkpoint_id) is CommitOutcome.ALREADY_COMMITTED
+    assert (pipeline.actual(), committed_ranges(pipeline.db_url, pipeline.config.name)) == before
+    pipeline.assert_exact()
+
+
+def test_promise_5_a_zombie_attempt_can_change_nothing(pipeline):
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    zombie = pipeline.ledger.start_attempt(checkpoint.id)
+    records = pipeline.driver.read(checkpoint.ranges)
+    zombie_rows = pipeline.driver.write_staging(checkpoint.id, zombie.attempt, records)
+
+    committable = pipeline.driver.run(checkpoint.id)  # a newer attempt fences the zombie off
+    assert committable.attempt == zombie.attempt + 1
+    # The zombie wakes up: writes its staging again and tries to pre-commit, late.
+    pipeline.driver.write_staging(checkpoint.id, zombie.attempt, records)
+    with pytest.raises(Fenced, match=f"attempt {zombie.attempt} of checkpoint {checkpoint.id} is fenced"):
+        pipeline.ledger.pre_commit(checkpoint.id, zombie.attempt, zombie_rows, records=len(records))
+    assert pipeline.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+    pipeline.assert_exact()
+    with pytest.raises(NotRunnable, match="already committed"):
+        pipeline.ledger.start_attempt(checkpoint.id)
+
+
+def test_promise_6_a_pre_committed_checkpoint_is_never_aborted_and_the_next_run_commits_it(pipeline):
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    pipeline.driver.run(checkpoint.id)
+    # The commit task never ran (its retries ran out); an operator tries to abort.
+    assert pipeline.ledger.abort(checkpoint.id, "operator") == "precommitted"
+    with pytest.raises(NotRunnable, match="pre-committed"):
+        pipeline.ledger.start_attempt(checkpoint.id)
+
+    pipeline.produce(workload(1000))
+    begun = pipeline.begin()
+    assert begun.recovery.committed == (checkpoint.id,)
+    assert state(pipeline, checkpoint.id) == "committed"
+    pipeline.driver.run(begun.checkpoint.id)
+    pipeline.ledger.commit(begun.checkpoint.id)
+    pipeline.assert_exact()
+
+
+def test_promise_7_a_retried_or_replayed_checkpoint_reads_exactly_the_same_records(pipeline):
+    pipeline.produce(workload(0))
+    before_retry = {(p.partition, p.offset) for p in pipeline.produced if p.committed}
+    begun = pipeline.begin("run-a")
+    pipeline.produce(workload(1000))  # arrives between the first try and the retry
+    retried = pipeline.begin("run-a")
+    assert not retried.new and retried.checkpoint.ranges == begun.checkpoint.ranges
+
+    first = pipeline.ledger.start_attempt(begun.checkpoint.id)
+    read_first = pipeline.driver.read(first.ranges)
+    assert pipeline.ledger.abort_attempt(begun.checkpoint.id, first.attempt, "executor lost")
+    assert state(pipeline, begun.checkpoint.id) == "planned"
+    second = pipeline.ledger.start_attempt(begun.checkpoint.id)
+    assert pipeline.driver.read(second.ranges) == read_first
+    assert {(r.partition, r.offset) for r in read_first} == before_retry
+
+    pipeline.ledger.pre_commit(begun.checkpoint.id, second.attempt,
+                               pipeline.driver.write_staging(begun.checkpoint.id, second.attempt, read_first),
+                               records=len(read_first))
+    pipeline.ledger.commit(begun.checkpoint.id)
+    pipeline.run_once()
+    pipeline.assert_exact()
+
+
+# -- races, faults, recovery ----------------------------------------------------------------
+
+
+def test_planners_racing_get_disjoint_contiguous_ranges(pipeline):
+    pipeline.produce(workload(0))
+    planners, barrier, begun, errors = 4, threading.Barrier(4), [], []
+
+    def plan(i: int):
+        try:
+            barrier.wait()
+            begun.append(pipeline.begin(f"race-{i}").checkpoint)
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=plan, args=(i,)) for i in range(planners)]
+    threads.append(threading.Thread(target=pipeline.produce, args=(workload(2000, rounds=1),)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+    pieces = sorted((r.topic, r.partition, r.start, r.end) for cp in begun for r in cp.ranges if r.size)
+    for partition in range(3):
+        covered = 0
+        for _, _, start, end in (p for p in pieces if p[1] == partition):
+            assert start == covered, f"partition {partition}: {pieces}"
+            covered = end
+    for checkpoint in sorted(begun, key=lambda c: c.id):
+        if not checkpoint.is_empty:
+            pipeline.driver.run(checkpoint.id)
+            pipeline.ledger.commit(checkpoint.id)
+    pipeline.run_once()
+    assert_contiguous_from_start(pipeline)
+    pipeline.assert_exact()
+
+
+def test_checkpoints_committed_in_reverse_order_give_the_same_tables(ledger_db, kafka_servers, topic):
+    in_order = Pipeline(ledger_db, kafka_servers, topic)
+    reverse = Pipeline(ledger_db, kafka_servers, topic)
+    checkpoints = {in_order: [], reverse: []}
+    # Parallel runs: all three begin before any pre-commits (a later begin would
+    # recover, i.e. commit, the pre-committed ones in order).
+    for first in (0, 1000, 2000):
+        records = produce_transactions(kafka_servers, topic, workload(first))
+        for p in (in_order, reverse):
+            p.produced += records
+            checkpoints[p].append(p.begin().checkpoint.id)
+    for p in (in_order, reverse):
+        for checkpoint_id in checkpoints[p]:
+            p.driver.run(checkpoint_id)
+    for checkpoint_id in checkpoints[in_order]:
+        in_order.ledger.commit(checkpoint_id)
+    for checkpoint_id in reversed(checkpoints[reverse]):
+        assert reverse.ledger.commit(checkpoint_id) is CommitOutcome.COMMITTED
+    assert reverse.actual() == in_order.actual()
+    reverse.assert_exact()
+    assert_contiguous_from_start(reverse)
+
+
+def test_commit_connection_killed_before_commit_shows_nothing_and_a_retry_commits(ledger_db, kafka_servers, topic):
+    connections, armed = [], [True]
+
+    def connect():
+        connections.append(psycopg2.connect(ledger_db))
+        return connections[-1]
+
+    def kill_commit_connection(point):
+        if point == "commit.before_commit" and armed and armed.pop():
+            query(ledger_db, "SELECT pg_terminate_backend(%s)", connections[-1].get_backend_pid())
+
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, connect=connect, fault=kill_commit_connection)
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    pipeline.driver.run(checkpoint.id)
+    with pytest.raises(psycopg2.Error):
+        pipeline.ledger.commit(checkpoint.id)
+    assert all(not rows for rows in pipeline.actual().values())
+    assert state(pipeline, checkpoint.id) == "precommitted"
+
+    # The fault fired once: the retry runs on a healthy connection.
+    assert pipeline.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+    pipeline.assert_exact()
+
+
+def test_staging_rows_deleted_after_pre_commit_are_refused_and_the_checkpoint_runs_again(pipeline):
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    committable = pipeline.driver.run(checkpoint.id)
+    query(pipeline.db_url, f"DELETE FROM exactly_once.stg_{pipeline.config.name}_events "
+                           "WHERE ctid IN (SELECT ctid FROM exactly_once.stg_{0}_events LIMIT 2)"
+          .format(pipeline.config.name))
+    with pytest.raises(StagedDataChanged, match=rf"checkpoint {checkpoint.id} not committed: staged rows changed"):
+        pipeline.ledger.commit(checkpoint.id)
+    after = pipeline.ledger.checkpoint(checkpoint.id)
+    assert after.state == "planned" and "events" in after.reason
+    assert all(not rows for rows in pipeline.actual().values())
+    with pytest.raises(NotPreCommitted):
+        pipeline.ledger.commit(checkpoint.id)
+
+    again = pipeline.driver.run(checkpoint.id)
+    assert again.attempt == committable.attempt + 1 and again.ranges == committable.ranges
+    assert pipeline.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+    pipeline.assert_exact()
+
+
+def test_an_abandoned_checkpoint_is_taken_over_after_its_lease_exactly(ledger_db, kafka_servers, topic):
+    now = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, clock=lambda: now[0], lease="PT10M")
+    pipeline.produce(workload(0))
+    abandoned = pipeline.begin().checkpoint
+    zombie = pipeline.ledger.start_attempt(abandoned.id)  # its worker dies; the DAG run's retries run out
+    pipeline.produce(workload(1000))
+
+    now[0] += timedelta(minutes=5)
+    assert pipeline.begin().recovery.aborted == ()  # still within its lease: planned beside it
+    now[0] += timedelta(minutes=6)
+    takeover = pipeline.begin()
+    assert takeover.recovery.aborted == (abandoned.id,)
+    assert state(pipeline, abandoned.id) == "aborted"
+    assert takeover.checkpoint.ranges == abandoned.ranges  # re-planned exactly: no hole, no double
+    with pytest.raises(NotRunnable, match="aborted"):
+        pipeline.ledger.start_attempt(abandoned.id)
+    with pytest.raises(Fenced):
+        pipeline.ledger.pre_commit(abandoned.id, zombie.attempt, {"events": 0, "latest": 0, "totals": 0,
+                                                                   "_dead_letters": 0}, records=0)
+
+    for checkpoint_id in (takeover.checkpoint.id, takeover.checkpoint.id - 1):
+        pipeline.driver.run(checkpoint_id)
+        pipeline.ledger.commit(checkpoint_id)
+    pipeline.run_once()
+    assert_contiguous_from_start(pipeline)
+    pipeline.assert_exact()
+
+
+def test_a_pipeline_with_nothing_to_read_commits_an_empty_checkpoint_without_an_attempt(pipeline):
+    begun = pipeline.begin()
+    assert begun.checkpoint.is_empty and begun.checkpoint.state == "committed" and begun.checkpoint.attempt == 0
+
+
+def test_sink_tables_that_cannot_merge_in_any_order_are_refused_by_name(ledger_db, kafka_servers, topic):
+    pipeline = Pipeline(ledger_db, kafka_servers, topic)
+    query(ledger_db, f"ALTER TABLE {pipeline.config.name}.latest DROP CONSTRAINT latest_pkey")
+    with pytest.raises(SinkTableError, match=r"sink 'latest' \(upsert\).*unique index .* on exactly \['k'\]"):
+        pipeline.ledger.register()
+    query(ledger_db, f"DROP TABLE {pipeline.config.name}.latest")
+    with pytest.raises(SinkTableError, match=rf"sink 'latest': final table {pipeline.config.name}.latest does not"):
+        pipeline.ledger.register()
+
+
+def test_migrations_apply_once(ledger_db):
+    with closing(psycopg2.connect(ledger_db)) as conn:
+        assert migrate(conn) == []
+    assert query(ledger_db, "SELECT version FROM exactly_once.schema_migrations") == [("0001_ledger",)]
