@@ -11,19 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from urllib.parse import urlsplit
+import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-
-def jdbc_options(libpq_url: str) -> dict[str, str]:
-    parts = urlsplit(libpq_url)
-    return {
-        "url": f"jdbc:postgresql://{parts.hostname}:{parts.port or 5432}{parts.path}",
-        "user": parts.username or "",
-        "password": parts.password or "",
-        "driver": "org.postgresql.Driver",
-    }
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))  # the library, beside jobs/
+from exactly_once.db import jdbc_options  # noqa: E402
 
 
 def main() -> None:

@@ -10,6 +10,9 @@ INSERT INTO exactly_once.pipelines (name, config) VALUES (%(pipeline)s, %(config
 ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config
 WHERE exactly_once.pipelines.config IS DISTINCT FROM EXCLUDED.config;
 
+-- name: pipeline_config
+SELECT config FROM exactly_once.pipelines WHERE name = %(pipeline)s;
+
 -- name: table_columns
 SELECT a.attname::text
 FROM pg_attribute a

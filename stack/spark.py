@@ -19,6 +19,7 @@ def write_conf() -> None:
         f"spark.driver.host {LOOPBACK}\n"
         f"spark.driver.bindAddress {LOOPBACK}\n"
         "spark.ui.enabled false\n"
+        "spark.ui.showConsoleProgress false\n"
         "spark.sql.session.timeZone UTC\n"
         "spark.sql.shuffle.partitions 4\n"
     )

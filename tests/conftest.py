@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from contextlib import closing
 
+import psycopg2
 import pytest
 
 from stack import lifecycle
@@ -38,6 +40,16 @@ def kafka_servers(stack_env) -> str:
 @pytest.fixture(scope="session")
 def pipeline_db_url(stack_env) -> str:
     return stack_env["PIPELINE_DB_URL"]
+
+
+@pytest.fixture(scope="session")
+def ledger_db(pipeline_db_url) -> str:
+    """The pipeline database with the ledger schema migrated."""
+    from exactly_once.migrate import migrate
+
+    with closing(psycopg2.connect(pipeline_db_url)) as conn:
+        migrate(conn)
+    return pipeline_db_url
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from exactly_once.sqlfiles import text
 
 LEDGER_SCHEMA = "exactly_once"
 DEAD_LETTER_STAGING = sql.Identifier(LEDGER_SCHEMA, "staging_dead_letters")
+DEAD_LETTER_STAGING_NAME = ".".join(DEAD_LETTER_STAGING.strings)
 DEAD_LETTERS = "_dead_letters"  # key of the dead letters among a checkpoint's staged sinks
 
 # How one checkpoint's staged rows of a group fold together, and how they merge into the final row.
@@ -30,6 +31,12 @@ _MERGED = {
 
 def staging_table(pipeline: str, sink: str) -> sql.Identifier:
     return sql.Identifier(LEDGER_SCHEMA, f"stg_{pipeline}_{sink}")
+
+
+def staging_table_name(pipeline: str, sink: str) -> str:
+    """The same table as a plain qualified name (for Spark's JDBC writer); config names
+    are lower-case identifiers, so it needs no quoting."""
+    return ".".join(staging_table(pipeline, sink).strings)
 
 
 def final_table(sink: Sink) -> sql.Identifier:

@@ -26,7 +26,7 @@ from typing import Protocol
 from psycopg2 import sql
 
 from exactly_once import faults
-from exactly_once.config import PipelineConfig, Sink
+from exactly_once.config import PipelineConfig, Sink, load_config
 from exactly_once.merge import (DEAD_LETTER_STAGING, DEAD_LETTERS, final_table, merge_statement,
                                 required_columns, staging_table, unique_columns)
 from exactly_once.planning import OffsetRange, PartitionOffsets, PartitionState, cap_plans, plan_partition, start_offset
@@ -144,6 +144,16 @@ class Ledger:
         self._connect = connect
         self._clock = clock
         self._fault = fault
+
+    @classmethod
+    def of_registered(cls, pipeline: str, connect: Callable[[], object], **options) -> Ledger:
+        """The ledger of a pipeline as it was last registered (how a Spark job finds its configuration)."""
+        with closing(connect()) as conn, conn, conn.cursor() as cur:
+            cur.execute(Q["pipeline_config"], {"pipeline": pipeline})
+            row = cur.fetchone()
+        if row is None:
+            raise LookupError(f"pipeline {pipeline!r} is not registered in the ledger")
+        return cls(load_config(row[0]), connect, **options)
 
     # -- begin: recover, then plan -------------------------------------------------
 
@@ -354,6 +364,11 @@ class Ledger:
                                  f"index or constraint on exactly {sorted(unique_columns(sink))}")
 
     # -- reading ------------------------------------------------------------------------
+
+    def final_columns(self) -> dict[str, list[str]]:
+        """Each sink's final table columns, in table order (what its staging rows carry)."""
+        with self._transaction() as cur:
+            return {sink.name: self._columns(cur, final_table(sink)) for sink in self.config.sinks}
 
     def checkpoint(self, checkpoint_id: int) -> Checkpoint:
         with self._transaction() as cur:

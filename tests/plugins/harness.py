@@ -15,16 +15,18 @@ import uuid
 from collections import defaultdict
 from contextlib import closing
 from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg2
 from confluent_kafka import Consumer, TopicPartition
 from psycopg2.extras import execute_values
 
 from exactly_once.config import PipelineConfig, load_config
+from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.merge import DEAD_LETTERS
 from exactly_once.planning import OffsetRange
-from exactly_once.protocol import Committable, Ledger
-from tests.kafka_records import Produced
+from exactly_once.protocol import CommitOutcome, Committable, Ledger
+from tests.kafka_records import Produced, produce_transactions
 
 FINAL_TABLES = """
 CREATE SCHEMA {schema};
@@ -169,3 +171,61 @@ class Driver:
                            [(*row, "not an order", name, *tag) for row in expected["dead_letters"]])
         return {**{sink: len(rows) for sink, (_, rows) in tables.items()},
                 DEAD_LETTERS: len(expected["dead_letters"])}
+
+
+KEYS = ("apple", "pear", "plum", "fig")
+
+
+def workload(first: int, rounds: int = 2) -> list:
+    """Committed and aborted transactions over all three partitions, keys that
+    repeat (so upserts and aggregates merge), and two malformed values."""
+    transactions = []
+    for r in range(rounds):
+        i = first + 100 * r
+        records = [(p, KEYS[(i + j) % 4].encode(), order(i + j, KEYS[(i + j) % 4], i + j)) for j, p in
+                   enumerate((0, 1, 2, 0, 1, 2, 0))]
+        transactions.append((True, records))
+        transactions.append((False, [(p, b"x", order(i + 50 + p, "apple", 10_000)) for p in (0, 1, 2)]))
+    transactions.append((True, [(1, None, b"{not json"), (2, b"fig", b'{"id": "o9", "k": "fig", "n": "nine"}')]))
+    return transactions
+
+
+class Pipeline:
+    """One pipeline on one topic, with the produced records remembered for the oracle."""
+
+    def __init__(self, db_url: str, servers: str, topic: str, connect=None, clock=None, fault=None, **config):
+        self.db_url, self.servers, self.topic = db_url, servers, topic
+        self.config = make_pipeline(db_url, topic, **config)
+        options = {k: v for k, v in (("clock", clock), ("fault", fault)) if v is not None}
+        self.ledger = Ledger(self.config, connect or (lambda: psycopg2.connect(db_url)), **options)
+        self.driver = Driver(self.ledger, servers, db_url)
+        self.produced = []
+        self._runs = 0
+
+    def produce(self, transactions) -> None:
+        self.produced += produce_transactions(self.servers, self.topic, transactions)
+
+    def begin(self, dag_run_id: str | None = None, interval_end: datetime | None = None):
+        self._runs += 1
+        with KafkaOffsets(self.servers) as kafka:
+            return self.ledger.begin(dag_run_id or f"run{self._runs}", None, interval_end, kafka)
+
+    def run_once(self) -> int:
+        """A DAG run that goes well: begin, one attempt, commit."""
+        checkpoint = self.begin().checkpoint
+        if not checkpoint.is_empty:
+            self.driver.run(checkpoint.id)
+            assert self.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+        return checkpoint.id
+
+    def expected(self) -> dict[str, set]:
+        return expected_tables(committed_records(self.produced, self.topic))
+
+    def actual(self) -> dict[str, set]:
+        return actual_tables(self.db_url, self.config)
+
+    def assert_exact(self) -> None:
+        expected, actual = self.expected(), self.actual()
+        for table in expected:
+            assert actual[table] == expected[table], f"{table}: lost {expected[table] - actual[table]}, " \
+                                                     f"unexpected {actual[table] - expected[table]}"

@@ -1,0 +1,52 @@
+"""The Spark application of one checkpoint attempt (submitted by the pipeline DAG):
+
+    spark-submit jobs/increment.py --pipeline NAME --checkpoint-id N --attempt T
+
+It reads the pipeline's configuration and the checkpoint's frozen ranges from
+the ledger, writes staging and pre-commits. Connections come from the
+environment: KAFKA_BOOTSTRAP_SERVERS and PIPELINE_DB_URL. Exit status: 0
+pre-committed, 3 fenced (a newer attempt owns the checkpoint), 1 failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))  # the library, beside jobs/
+from exactly_once import db  # noqa: E402
+from exactly_once.increment import run_attempt  # noqa: E402
+from exactly_once.protocol import Fenced, Ledger  # noqa: E402
+
+FENCED = 3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", required=True)
+    parser.add_argument("--checkpoint-id", type=int, required=True)
+    parser.add_argument("--attempt", type=int, required=True, help="the attempt's fencing token")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    ledger = Ledger.of_registered(args.pipeline, db.connect)
+    spark = SparkSession.builder.appName(f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}") \
+        .getOrCreate()
+    try:
+        run_attempt(spark, ledger, args.checkpoint_id, args.attempt, os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+                    db.jdbc_options(db.url()))
+    except Fenced as fenced:
+        print(f"fenced: {fenced}", file=sys.stderr)
+        return FENCED
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

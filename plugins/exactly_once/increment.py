@@ -1,0 +1,192 @@
+"""One attempt of one checkpoint, in Spark: read the frozen ranges, parse, transform,
+prepare each sink, write staging from the executors, pre-commit.
+
+The job never decides ranges; it reads them from the ledger. Everything here
+builds Spark plans from the pipeline configuration, so a new pipeline needs no
+change to this module: its transform is a function named in its configuration.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from exactly_once import faults
+from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, PipelineConfig, Sink
+from exactly_once.merge import DEAD_LETTER_STAGING_NAME, DEAD_LETTERS, staging_table_name
+from exactly_once.planning import OffsetRange
+from exactly_once.protocol import Committable, Fenced, Ledger
+
+log = logging.getLogger(__name__)
+
+KAFKA_TIMESTAMP = "kafka_timestamp"
+_KAFKA_COLUMNS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
+_DEAD_LETTER_COLUMNS = ["pipeline", "topic", "partition", "offset", "key", "value", "reason"]
+_MEASURES: dict[str, Callable[[str], Column]] = {
+    "count": lambda _: F.count(F.lit(1)), "sum": F.sum, "min": F.min, "max": F.max}
+
+
+class BadRecords(RuntimeError):
+    """Records that do not fit the schema, in a pipeline whose policy is to fail."""
+
+
+@dataclass
+class AttemptReport:
+    """What the attempt did, for its log and the checkpoint history."""
+
+    records: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        yield
+        self.seconds[name] = round(time.monotonic() - started, 3)
+
+
+def read_ranges(spark: SparkSession, bootstrap_servers: str, ranges: tuple[OffsetRange, ...]) -> DataFrame:
+    """Exactly the committed records of the frozen ranges (read_committed; a range that
+    ends on transaction markers or holds only aborted records yields what is committed)."""
+    wanted = [r for r in ranges if r.size]
+    if not wanted:
+        return spark.createDataFrame([], _KAFKA_COLUMNS)
+    assign, starting, ending = {}, {}, {}
+    for r in wanted:
+        assign.setdefault(r.topic, []).append(r.partition)
+        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
+        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+    return (spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap_servers)
+            .option("kafka.isolation.level", "read_committed")
+            .option("failOnDataLoss", "true")
+            .option("assign", json.dumps(assign))
+            .option("startingOffsets", json.dumps(starting))
+            .option("endingOffsets", json.dumps(ending))
+            .load()
+            .select("key", "value", "topic", "partition", "offset", "timestamp"))
+
+
+def parse(records: DataFrame, config: PipelineConfig) -> DataFrame:
+    """The records with `parsed` (the value by the schema) and `reason` (null when it fits)."""
+    schema = config.source.value_schema
+    parsed = F.from_json(F.col("value").cast("string"), ", ".join(f"`{c}` {t}" for c, t in schema.items()))
+    # Every field is required: one that is missing or does not fit its type comes back null.
+    misfits = [F.when(F.col("parsed").getField(c).isNull(), F.lit(f"{c}: missing or not {t}"))
+               for c, t in schema.items()]
+    reason = (F.when(F.col("value").isNull(), F.lit("value is null"))
+              .when(F.expr("try_parse_json(CAST(value AS STRING)) IS NULL"), F.lit("value is not valid JSON"))
+              .otherwise(F.concat(F.lit("does not fit the schema: "), F.concat_ws("; ", *misfits))))
+    fits = F.lit(True)
+    for c in schema:
+        fits = fits & F.col("parsed").getField(c).isNotNull()
+    return (records.withColumn("parsed", parsed)
+            .withColumn("reason", F.when(fits, F.lit(None).cast("string")).otherwise(reason)))
+
+
+def good_rows(parsed: DataFrame) -> DataFrame:
+    """Fitting records as columns of the schema plus their Kafka coordinates."""
+    return parsed.where(F.col("reason").isNull()).select(
+        "parsed.*", F.col("topic").alias(KAFKA_TOPIC), F.col("partition").alias(KAFKA_PARTITION),
+        F.col("offset").alias(KAFKA_OFFSET), F.col("timestamp").alias(KAFKA_TIMESTAMP))
+
+
+def dead_letters(parsed: DataFrame, pipeline: str) -> DataFrame:
+    return parsed.where(F.col("reason").isNotNull()).select(
+        F.lit(pipeline).alias("pipeline"), "topic", "partition", "offset", "key", "value", "reason")
+
+
+def transform_of(config: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
+    if config.transform is None:
+        return lambda frame: frame
+    module, _, function = config.transform.partition(":")
+    try:
+        return getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as error:
+        raise ImportError(f"pipeline {config.name!r}: transform {config.transform!r} cannot be loaded: {error}") \
+            from error
+
+
+def prepare_sink(rows: DataFrame, sink: Sink, columns: list[str]) -> DataFrame:
+    """The sink's staging rows: append keeps every record; upsert the highest offset per
+    key; aggregate one pre-aggregated row per group (count counts rows, sum/min/max fold
+    the column of the measure's name)."""
+    if sink.mode == "aggregate":
+        _require(rows, sink, [*sink.keys, *(m for m, how in sink.measures.items() if how != "count")])
+        return rows.groupBy(*sink.keys).agg(*(_MEASURES[how](m).alias(m) for m, how in sink.measures.items()))
+    _require(rows, sink, columns)
+    if sink.mode == "upsert":
+        newest_first = Window.partitionBy(*sink.keys).orderBy(F.col(KAFKA_OFFSET).desc(), F.col(KAFKA_PARTITION).desc())
+        rows = rows.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1")
+    return rows.select(*columns)
+
+
+def _require(rows: DataFrame, sink: Sink, columns) -> None:
+    missing = sorted(set(columns) - set(rows.columns))
+    if missing:
+        raise ValueError(f"sink {sink.name!r} ({sink.table}) needs columns {missing} that the transformed rows "
+                         f"lack (they have {rows.columns})")
+
+
+def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], checkpoint_id: int, attempt: int) -> int:
+    """Appends the rows, tagged (checkpoint, attempt), from the executors in parallel;
+    returns how many. Each Spark task writes in one transaction, so a retried task
+    does not leave half its rows behind. The count is a second, cheap pass over the
+    job's cached records (caching the sink rows too costs more than it saves)."""
+    rows = frame.count()
+    if rows:
+        (frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
+         .write.format("jdbc").options(**jdbc).option("dbtable", table).option("batchsize", 10_000)
+         .mode("append").save())
+    return rows
+
+
+def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,
+                jdbc: Mapping[str, str]) -> tuple[Committable, AttemptReport]:
+    """Executes the attempt and pre-commits it. Raises `Fenced` if it is no longer the
+    checkpoint's current attempt, `BadRecords` under the `fail` policy."""
+    config, report = ledger.config, AttemptReport()
+    checkpoint = ledger.checkpoint(checkpoint_id)
+    if checkpoint.state != "running" or checkpoint.attempt != attempt:
+        raise Fenced(f"attempt {attempt} of checkpoint {checkpoint_id} is fenced before it read anything: the "
+                     f"checkpoint is {checkpoint.state} and its current attempt is {checkpoint.attempt}")
+    log.info("checkpoint %s attempt %s: ranges %s", checkpoint_id, attempt,
+             ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges))
+    columns = ledger.final_columns()
+
+    with report.phase("read"):
+        parsed = parse(read_ranges(spark, bootstrap_servers, checkpoint.ranges), config)
+        parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        report.records = parsed.count()
+    try:
+        bad = dead_letters(parsed, config.name)
+        if config.on_bad_record == "fail":
+            first = bad.limit(5).collect()
+            if first:
+                raise BadRecords(f"pipeline {config.name!r} fails on bad records; checkpoint {checkpoint_id} read "
+                                 + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
+        with report.phase("write_staging"):
+            report.rows[DEAD_LETTERS] = write_staging(
+                bad, DEAD_LETTER_STAGING_NAME, jdbc, checkpoint_id, attempt)
+            rows = transform_of(config)(good_rows(parsed))
+            for sink in config.sinks:
+                report.rows[sink.name] = write_staging(
+                    prepare_sink(rows, sink, columns[sink.name]), staging_table_name(config.name, sink.name),
+                    jdbc, checkpoint_id, attempt)
+    finally:
+        parsed.unpersist()
+    faults.point("increment.before_pre_commit")
+    with report.phase("pre_commit"):
+        committable = ledger.pre_commit(checkpoint_id, attempt, report.rows, report.records)
+    log.info("checkpoint %s attempt %s pre-committed: %s records read, rows per sink %s, seconds per phase %s",
+             checkpoint_id, attempt, report.records, report.rows, report.seconds)
+    return committable, report
