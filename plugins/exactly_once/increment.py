@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 KAFKA_TIMESTAMP = "kafka_timestamp"
 _KAFKA_COLUMNS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
-_DEAD_LETTER_COLUMNS = ["pipeline", "topic", "partition", "offset", "key", "value", "reason"]
 _MEASURES: dict[str, Callable[[str], Column]] = {
     "count": lambda _: F.count(F.lit(1)), "sum": F.sum, "min": F.min, "max": F.max}
 
