@@ -1,0 +1,28 @@
+"""The demo pipeline `orders_exactly_once`: configuration and transform."""
+
+from __future__ import annotations
+
+from exactly_once.config import load_config
+
+TOPIC = "orders"
+PARTITIONS = 3
+
+CONFIG = load_config({
+    "name": "orders",
+    "source": {"topics": [TOPIC], "value_schema": {
+        "order_id": "string", "sku": "string", "qty": "int", "price": "decimal(12,2)", "ts": "timestamp"}},
+    "transform": "demo.orders:prepare",
+    "sinks": [
+        {"name": "orders", "table": "demo.orders", "mode": "append"},
+        {"name": "sku_minute_totals", "table": "demo.sku_minute_totals", "mode": "aggregate",
+         "keys": ["minute", "sku"], "measures": {"orders": "count", "qty": "sum", "revenue": "sum"}},
+        {"name": "sku_last_price", "table": "demo.sku_last_price", "mode": "upsert", "keys": ["sku"]},
+    ],
+})
+
+
+def prepare(rows):
+    """Adds what the aggregate sink folds: the order's minute and revenue."""
+    from pyspark.sql import functions as F
+
+    return rows.withColumns({"minute": F.date_trunc("minute", "ts"), "revenue": F.col("qty") * F.col("price")})
