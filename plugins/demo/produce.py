@@ -1,8 +1,10 @@
 """Writes N sample orders to the demo topic: most in committed transactions, some in
-aborted ones, a few malformed. Timestamps spread evenly over [--start, --end), so
-consecutive data intervals each get their share.
+aborted ones, a few malformed. Orders are stamped with the time they are produced:
+Kafka stamps transaction markers with the wall clock too, and offsets_for_times
+stops at the first marker past an interval's end, so back-dated records would be
+cut at the first marker.
 
-    python -m demo.produce N --start 2026-11-22T10:00:00Z --end 2026-11-22T10:30:00Z
+    python -m demo.produce N
 """
 
 from __future__ import annotations
@@ -30,46 +32,42 @@ def ensure_topic(servers: str) -> None:
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(timeout=30)
 
 
-def order(i: int, when: datetime, rng: random.Random) -> tuple[str, bytes]:
+def order(i: int, rng: random.Random) -> tuple[str, bytes]:
     sku = rng.choice(SKUS)
     if i % MALFORMED_EVERY == MALFORMED_EVERY - 1:
         return sku, b'{"order_id": "broken", "qty": "many"}'
-    value = {"order_id": f"o-{when:%Y%m%d%H%M%S}-{i}", "sku": sku, "qty": rng.randint(1, 9),
+    when = datetime.now(timezone.utc)
+    value = {"order_id": f"o-{when:%Y%m%d%H%M%S%f}-{i}", "sku": sku, "qty": rng.randint(1, 9),
              "price": round(rng.uniform(1, 100), 2), "ts": when.isoformat().replace("+00:00", "Z")}
     return sku, json.dumps(value).encode()
 
 
-def produce(servers: str, n: int, start: datetime, end: datetime, seed: int = 0) -> None:
+def produce(servers: str, n: int, seed: int = 0) -> None:
     ensure_topic(servers)
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 20, "batch.num.messages": 10_000,
                          "transactional.id": f"demo-producer-{os.getpid()}"})
     producer.init_transactions(30)
-    step = (end - start) / max(n, 1)
     for first in range(0, n, TRANSACTION):
         producer.begin_transaction()
         for i in range(first, min(n, first + TRANSACTION)):
-            when = start + step * i
-            key, value = order(i, when, rng)
-            producer.produce(TOPIC, value, key.encode(), timestamp=int(when.timestamp() * 1000))
+            key, value = order(i, rng)
+            producer.produce(TOPIC, value, key.encode())
         producer.flush(60)  # on the broker before an abort, or librdkafka drops them unsent
         if (first // TRANSACTION) % ABORT_EVERY == ABORT_EVERY - 1:
             producer.abort_transaction(60)
         else:
             producer.commit_transaction(60)
-    print(f"produced {n} orders to {TOPIC!r} ({start:%H:%M}..{end:%H:%M} UTC)")
+    print(f"produced {n} orders to {TOPIC!r}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("n", type=int)
-    parser.add_argument("--start", type=datetime.fromisoformat, required=True)
-    parser.add_argument("--end", type=datetime.fromisoformat, required=True)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     try:
-        produce(os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.n, args.start.astimezone(timezone.utc),
-                args.end.astimezone(timezone.utc), args.seed)
+        produce(os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.n, args.seed)
     except KafkaException as error:
         raise SystemExit(f"producing to {TOPIC!r} failed: {error}") from error
 
