@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from pyspark.sql import SparkSession
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))  # the library, beside jobs/
 from exactly_once import db  # noqa: E402
 from exactly_once.increment import run_attempt  # noqa: E402
+from exactly_once.kafka_offsets import bootstrap_servers  # noqa: E402
 from exactly_once.protocol import Fenced, Ledger  # noqa: E402
 
 FENCED = 3
@@ -38,7 +38,7 @@ def main() -> int:
     spark = SparkSession.builder.appName(f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}") \
         .getOrCreate()
     try:
-        run_attempt(spark, ledger, args.checkpoint_id, args.attempt, os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        run_attempt(spark, ledger, args.checkpoint_id, args.attempt, bootstrap_servers(),
                     db.jdbc_options(db.url()))
     except Fenced as fenced:
         print(f"fenced: {fenced}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""python -m stack {up|down|status|versions}"""
+"""python -m stack {up|down|status|versions|running}  (running: exit status 0 when PostgreSQL and Kafka run)"""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from stack import lifecycle
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "status", "versions"])
+    parser.add_argument("command", choices=["up", "down", "status", "versions", "running"])
     command = parser.parse_args().command
+    if command == "running":
+        raise SystemExit(0 if lifecycle.running() else 1)
     if command == "up":
         started = lifecycle.up()
         print("started: " + (", ".join(started) or "nothing (all running)"))

@@ -1,10 +1,13 @@
-"""Airflow's metadata database (on the local PostgreSQL) and its local admin user."""
+"""Airflow: its metadata database (on the local PostgreSQL), its local admin user, and its
+long-running services (api-server, scheduler, dag-processor, triggerer) for tests that need them."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import urllib.request
 
+from stack import process
 from stack.settings import AIRFLOW_HOME, LOCAL, ROOT, passwords, process_environment
 
 STAMP = LOCAL / "stamps" / "airflow-db"
@@ -32,3 +35,54 @@ def migrate(force: bool = False) -> bool:
 def forget_migration() -> None:
     """Called when the PostgreSQL cluster is created anew: its airflow database is empty."""
     STAMP.unlink(missing_ok=True)
+
+
+# -- the long-running services: api-server, scheduler, dag-processor, triggerer ---------
+
+SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def _pid_file(service: str):
+    return AIRFLOW_HOME / f"{service}.pid"
+
+
+def service_pid(service: str) -> int | None:
+    found = process.read_pid(_pid_file(service))
+    return found if found and process.alive(found, f"airflow {service}") else None
+
+
+def api_healthy(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/api/v2/monitor/health", timeout=2) as answer:
+            health = json.load(answer)
+    except (OSError, ValueError):
+        return False
+    return all(health.get(part, {}).get("status") == "healthy" for part in ("metadatabase", "scheduler"))
+
+
+def start_services(**overrides: str) -> list[str]:
+    """Starts the services not running (logs in .local/airflow/<service>.log) and waits until
+    the API reports the metadata database and the scheduler healthy. `overrides` are extra
+    environment variables, e.g. another AIRFLOW__CORE__DAGS_FOLDER. Returns what it started."""
+    env = {**process_environment(), **overrides}
+    started = []
+    for service in SERVICES:
+        if service_pid(service) is None:
+            # `airflow <service>` execs into a process whose command line keeps these words.
+            process.spawn(["airflow", *service.split()], AIRFLOW_HOME / f"{service}.log", _pid_file(service),
+                          env=env, cwd=ROOT)
+            started.append(service)
+    try:
+        process.wait_until(lambda: api_healthy(env["AIRFLOW__API__BASE_URL"]), 120, "Airflow api-server and scheduler",
+                           AIRFLOW_HOME / "scheduler.log")
+    except BaseException:
+        stop_services(started)
+        raise
+    return started
+
+
+def stop_services(names: list[str] | tuple[str, ...] = SERVICES) -> None:
+    for service in names:
+        running = service_pid(service)
+        if running is not None:
+            process.stop(running, f"airflow {service}", timeout=60)

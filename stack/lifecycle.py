@@ -37,6 +37,10 @@ def down(names: list[str] | None = None) -> None:
         postgres.stop()
 
 
+def running() -> bool:
+    return bool(postgres.pid() and kafka.pid())
+
+
 def status() -> dict[str, str]:
     env = environment()
     pg, broker = postgres.pid(), kafka.pid()

@@ -100,6 +100,8 @@ def environment() -> dict[str, str]:
         "SPARK_CONF_DIR": str(SPARK_CONF_DIR),
         "SPARK_LOCAL_IP": LOOPBACK,
         "PYSPARK_PYTHON": str(VENV / "bin" / "python"),
+        # The library and the demo for `python -m exactly_once.status`, `python -m demo.produce`, Spark's workers.
+        "PYTHONPATH": str(ROOT / "plugins"),
         "AIRFLOW_HOME": str(AIRFLOW_HOME),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from demo.orders import PARTITIONS, TOPIC
+from exactly_once.kafka_offsets import bootstrap_servers
 
 SKUS = [f"sku-{i:03d}" for i in range(50)]
 TRANSACTION = 500       # records per Kafka transaction
@@ -67,7 +68,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     try:
-        produce(os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.n, args.seed)
+        produce(bootstrap_servers(), args.n, args.seed)
     except KafkaException as error:
         raise SystemExit(f"producing to {TOPIC!r} failed: {error}") from error
 

@@ -9,9 +9,8 @@ master from `spark_default`.
 
 from __future__ import annotations
 
-import os
 from contextlib import closing
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,10 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once import faults
 from exactly_once.config import PipelineConfig
-from exactly_once.kafka_offsets import KafkaOffsets
+from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
 from exactly_once.migrate import migrate
 from exactly_once.protocol import Ledger, NotPreCommitted, NotRunnable, StagedDataChanged
+from exactly_once.status import holders
 
 JOB = str(Path(__file__).resolve().parents[2] / "jobs" / "increment.py")
 PIPELINE_DB = "pipeline_db"
@@ -75,6 +75,18 @@ class IncrementOperator(SparkSubmitOperator):
             raise
 
 
+def interval_holders(config: PipelineConfig, kafka: KafkaOffsets, start: datetime, end: datetime) -> str:
+    """Which checkpoints took the records of an interval this run finds empty (a backfill
+    over intervals already processed, or a run late behind a later one)."""
+    with closing(connector()()) as conn:
+        held = holders(conn, kafka, config.name, config.source.topics, start, end)
+    interval = f"{start.isoformat()} → {end.isoformat()}"
+    if not held:
+        return f"no records in the interval {interval}"
+    return (f"the records of the interval {interval} are already held by checkpoint(s) "
+            + ", ".join(f"{h.checkpoint_id} ({h.state}, DAG run {h.dag_run_id})" for h in held))
+
+
 def checkpoint_tasks(config: PipelineConfig, commit_retries: int = 4):
     """The three tasks of a pipeline run, chained; call inside a DAG."""
 
@@ -82,15 +94,17 @@ def checkpoint_tasks(config: PipelineConfig, commit_retries: int = 4):
     def begin_checkpoint(**context) -> int | None:
         with closing(connector()()) as conn:
             migrate(conn)
-        with KafkaOffsets(os.environ["KAFKA_BOOTSTRAP_SERVERS"]) as kafka:
-            begun = ledger(config).begin(context["run_id"], context.get("data_interval_start"),
-                                         context.get("data_interval_end"), kafka)
-        checkpoint = begun.checkpoint
-        print(f"recovery: {begun.recovery}")
-        ranges = ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges)
-        if checkpoint.is_empty:
-            print(f"checkpoint {checkpoint.id}: nothing to read ({ranges}); no Spark job")
-            return None
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        with KafkaOffsets(bootstrap_servers()) as kafka:
+            begun = ledger(config).begin(context["run_id"], start, end, kafka)
+            checkpoint = begun.checkpoint
+            print(f"recovery: {begun.recovery}")
+            ranges = ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges)
+            if checkpoint.is_empty:
+                print(f"checkpoint {checkpoint.id}: nothing to read ({ranges}); no Spark job")
+                if start is not None and end is not None and start < end:
+                    print(interval_holders(config, kafka, start, end))
+                return None
         if checkpoint.state in ("precommitted", "committed"):
             print(f"checkpoint {checkpoint.id} of this run is already {checkpoint.state} ({ranges})")
         else:

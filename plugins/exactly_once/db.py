@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from urllib.parse import urlsplit
 
 import psycopg2
+
+from exactly_once.settings import required
 
 URL_VARIABLE = "PIPELINE_DB_URL"
 
 
 def url() -> str:
-    found = os.environ.get(URL_VARIABLE)
-    if not found:
-        raise RuntimeError(f"{URL_VARIABLE} is not set: it must hold a libpq URI of the pipeline database "
-                           "(`source .local/env.sh` for the local stack)")
-    return found
+    return required(URL_VARIABLE, "a libpq URI of the pipeline database")
 
 
 def connect():

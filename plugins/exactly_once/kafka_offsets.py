@@ -7,6 +7,13 @@ from datetime import datetime
 from confluent_kafka import Consumer, TopicPartition
 
 from exactly_once.planning import PartitionOffsets
+from exactly_once.settings import required
+
+SERVERS_VARIABLE = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+def bootstrap_servers() -> str:
+    return required(SERVERS_VARIABLE, "the Kafka brokers as host:port[,host:port…]")
 
 
 class KafkaOffsets:

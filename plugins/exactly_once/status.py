@@ -1,0 +1,197 @@
+"""What the ledger and Kafka say about pipelines, read-only: the last commit, lag per
+partition, open checkpoints, gaps, the checkpoint history, and which checkpoints hold
+an interval's offsets (the log of a backfill over intervals already taken).
+
+    python -m exactly_once.status [--pipeline NAME] [--history N]
+
+reads PIPELINE_DB_URL and KAFKA_BOOTSTRAP_SERVERS.
+"""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import closing
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from exactly_once import db
+from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
+from exactly_once.planning import OffsetRange
+from exactly_once.sqlfiles import named
+
+Q = named("status.sql")
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    id: int
+    dag_run_id: str
+    interval_start: datetime | None
+    interval_end: datetime | None
+    state: str
+    records: int | None
+    ranges: tuple[OffsetRange, ...]    # the non-empty ones
+    until_precommit: timedelta | None  # created → pre-committed: planning, Spark, staging writes
+    until_commit: timedelta | None     # pre-committed (or created) → committed
+    attempts: int
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed_end: int   # the next offset no commit has covered
+    last_stable: int     # Kafka's read_committed end
+
+    @property
+    def lag(self) -> int:
+        """Offsets not committed yet. Transaction markers and aborted records take offsets too,
+        so a caught-up partition fed by transactions can show 1: the last commit marker."""
+        return max(0, self.last_stable - self.committed_end)
+
+
+@dataclass(frozen=True)
+class LastCommit:
+    id: int
+    dag_run_id: str
+    interval_end: datetime | None
+    committed_at: datetime
+    records: int
+
+
+@dataclass(frozen=True)
+class Gap:
+    range: OffsetRange
+    checkpoint_id: int
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    name: str
+    last_commit: LastCommit | None
+    lag: tuple[PartitionLag, ...]
+    open: tuple[CheckpointSummary, ...]
+    gaps: tuple[Gap, ...]
+    history: tuple[CheckpointSummary, ...]
+
+
+@dataclass(frozen=True)
+class Holder:
+    checkpoint_id: int
+    state: str
+    dag_run_id: str
+
+
+def pipelines(conn) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute(Q["pipelines"])
+        return [name for name, in cur.fetchall()]
+
+
+def read_status(conn, kafka: KafkaOffsets, pipeline: str, history: int = 10) -> PipelineStatus:
+    where = {"pipeline": pipeline}
+    with conn.cursor() as cur:
+        cur.execute(Q["last_committed"], where)
+        last = cur.fetchone()
+        cur.execute(Q["committed_ends"], where)
+        ends = cur.fetchall()
+        cur.execute(Q["gaps"], where)
+        gaps = tuple(Gap(OffsetRange(t, p, a, b), cp, at) for t, p, a, b, cp, at in cur.fetchall())
+    lag = tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None).last_stable) for t, p, end in ends)
+    return PipelineStatus(pipeline, None if last is None else LastCommit(*last), lag,
+                          _checkpoints(conn, pipeline, open_only=True, limit=None), gaps,
+                          _checkpoints(conn, pipeline, open_only=False, limit=history))
+
+
+def _checkpoints(conn, pipeline: str, open_only: bool, limit: int | None) -> tuple[CheckpointSummary, ...]:
+    with conn.cursor() as cur:
+        cur.execute(Q["checkpoints"], {"pipeline": pipeline, "open_only": open_only, "limit": limit})
+        rows = cur.fetchall()
+    return tuple(CheckpointSummary(cp, run, start, end, state, records, tuple(OffsetRange(*r) for r in ranges),
+                                   until_precommit, until_commit, attempts)
+                 for cp, run, start, end, state, records, ranges, until_precommit, until_commit, attempts in rows)
+
+
+def holders(conn, kafka: KafkaOffsets, pipeline: str, topics: list[str], interval_start: datetime,
+            interval_end: datetime) -> list[Holder]:
+    """Checkpoints holding offsets of records stamped in [interval_start, interval_end)."""
+    found = set()
+    with conn.cursor() as cur:
+        for topic in topics:
+            for partition in kafka.partitions(topic):
+                at = kafka.offsets(topic, partition, interval_end, interval_start)
+                first = at.last_stable if at.at_start_time is None else at.at_start_time
+                end = at.last_stable if at.at_interval_end is None else at.at_interval_end
+                if first < end:
+                    cur.execute(Q["holders"], {"pipeline": pipeline, "topic": topic, "partition": partition,
+                                               "from_offset": first, "to_offset": end})
+                    found.update(Holder(*row) for row in cur.fetchall())
+    return sorted(found, key=lambda h: h.checkpoint_id)
+
+
+# -- rendering: pure ------------------------------------------------------------------
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [headers] + [["" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _when(t: datetime | None) -> str:
+    return "" if t is None else t.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _seconds(d: timedelta | None) -> str:
+    return "" if d is None else f"{d.total_seconds():.1f} s"
+
+
+def _ranges(ranges: tuple[OffsetRange, ...]) -> str:
+    return ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in ranges) or "(none)"
+
+
+def render_checkpoints(checkpoints: tuple[CheckpointSummary, ...]) -> str:
+    return table(["id", "interval", "ranges", "records", "state", "attempts", "to pre-commit", "to commit"],
+                 [[c.id, f"{_when(c.interval_start)} → {_when(c.interval_end)}", _ranges(c.ranges),
+                   c.records or 0, c.state, c.attempts, _seconds(c.until_precommit), _seconds(c.until_commit)]
+                  for c in checkpoints])
+
+
+def render(status: PipelineStatus) -> str:
+    last = status.last_commit
+    parts = [f"pipeline {status.name}",
+             "last committed checkpoint: " + ("none" if last is None else
+                                              f"{last.id} ({last.records} records, interval end "
+                                              f"{_when(last.interval_end)}, committed {_when(last.committed_at)})"),
+             "lag per partition (offsets):",
+             table(["topic", "partition", "committed up to", "last stable", "lag"],
+                   [[p.topic, p.partition, p.committed_end, p.last_stable, p.lag] for p in status.lag]),
+             "open checkpoints: " + ("none" if not status.open else ""),
+             *([render_checkpoints(status.open)] if status.open else []),
+             "gaps (offsets lost to retention): " + ("none" if not status.gaps else ""),
+             *([table(["topic", "partition", "offsets", "checkpoint", "recorded"],
+                      [[g.range.topic, g.range.partition, f"{g.range.start}..{g.range.end}", g.checkpoint_id,
+                        _when(g.recorded_at)] for g in status.gaps])] if status.gaps else []),
+             f"checkpoint history (latest {len(status.history)}):",
+             render_checkpoints(status.history)]
+    return "\n".join(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m exactly_once.status", description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", help="one pipeline (default: every registered one)")
+    parser.add_argument("--history", type=int, default=10, help="checkpoints of the history to show")
+    args = parser.parse_args()
+    with closing(db.connect()) as conn, KafkaOffsets(bootstrap_servers()) as kafka:
+        names = pipelines(conn)
+        if args.pipeline is not None and args.pipeline not in names:
+            raise SystemExit(f"pipeline {args.pipeline!r} is not registered in the ledger (registered: "
+                             f"{', '.join(names) or 'none'})")
+        for name in [args.pipeline] if args.pipeline else names:
+            print(render(read_status(conn, kafka, name, args.history)) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+-- Read-only questions about pipelines (plugins/exactly_once/status.py), by name.
+
+-- name: pipelines
+SELECT name FROM exactly_once.pipelines ORDER BY name;
+
+-- name: checkpoints
+-- The latest checkpoints (or only the open ones) with their ranges, records and how
+-- long each phase took.
+SELECT c.id, c.dag_run_id, c.interval_start, c.interval_end, c.state::text, c.records,
+       coalesce(jsonb_agg(jsonb_build_array(r.topic, r.partition, r.from_offset, r.to_offset)
+                          ORDER BY r.topic, r.partition) FILTER (WHERE r.topic IS NOT NULL), '[]'::jsonb),
+       c.precommitted_at - c.created_at AS until_precommit,
+       c.committed_at - coalesce(c.precommitted_at, c.created_at) AS until_commit,
+       c.attempt
+FROM exactly_once.checkpoints c
+LEFT JOIN exactly_once.checkpoint_ranges r ON r.checkpoint_id = c.id AND r.to_offset > r.from_offset
+WHERE c.pipeline = %(pipeline)s
+  AND (NOT %(open_only)s OR c.state IN ('planned', 'running', 'precommitted'))
+GROUP BY c.id
+ORDER BY c.id DESC
+LIMIT %(limit)s;
+
+-- name: last_committed
+SELECT id, dag_run_id, interval_end, committed_at, coalesce(records, 0)
+FROM exactly_once.checkpoints
+WHERE pipeline = %(pipeline)s AND state = 'committed'
+ORDER BY committed_at DESC, id DESC
+LIMIT 1;
+
+-- name: committed_ends
+-- Per partition: where committed reading ends (the start offset before any commit).
+SELECT p.topic, p.partition, coalesce(max(c.to_offset), p.start_offset)
+FROM exactly_once.partitions p
+LEFT JOIN exactly_once.committed_ranges c USING (pipeline, topic, partition)
+WHERE p.pipeline = %(pipeline)s
+GROUP BY p.topic, p.partition, p.start_offset
+ORDER BY p.topic, p.partition;
+
+-- name: gaps
+SELECT topic, partition, from_offset, to_offset, checkpoint_id, recorded_at
+FROM exactly_once.gaps
+WHERE pipeline = %(pipeline)s
+ORDER BY topic, partition, from_offset;
+
+-- name: holders
+-- Checkpoints whose live ranges hold some of the offsets [from_offset, to_offset).
+SELECT DISTINCT c.id, c.state::text, c.dag_run_id
+FROM exactly_once.checkpoint_ranges r
+JOIN exactly_once.checkpoints c ON c.id = r.checkpoint_id
+WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND NOT r.released
+  AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+ORDER BY c.id;

@@ -1,0 +1,85 @@
+"""The demo behind `./dev demo`: on the running local stack, produce orders and run one
+checkpoint of `orders_exactly_once` per batch through Airflow (`airflow dags test`,
+each interval ending after its batch), then print the tables' row counts, the
+checkpoint history and the lag per partition. Each call adds new orders and new
+checkpoints, so it can run any number of times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+from contextlib import closing
+from datetime import datetime, timezone
+
+import psycopg2
+from psycopg2 import sql
+
+from demo.orders import CONFIG
+from demo.produce import produce
+from exactly_once.kafka_offsets import KafkaOffsets
+from exactly_once.merge import final_table
+from exactly_once.status import read_status, render, table
+from stack.settings import LOCAL, ROOT, process_environment
+
+DAG_ID = "orders_exactly_once"
+LOGS = LOCAL / "demo"
+
+
+def create_tables(db_url: str) -> None:
+    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
+        cur.execute((ROOT / "sql" / "demo" / "tables.sql").read_text())
+
+
+def run_checkpoint(number: int, interval_end: datetime, env: dict[str, str]) -> None:
+    log = LOGS / f"run-{interval_end:%Y%m%dT%H%M%S}.log"
+    print(f"checkpoint run {number}: airflow dags test {DAG_ID} {interval_end.isoformat()}  (log: "
+          f"{log.relative_to(ROOT)})", flush=True)
+    started = time.monotonic()
+    with log.open("w") as out:
+        finished = subprocess.run(["airflow", "dags", "test", DAG_ID, interval_end.isoformat()], env=env, cwd=ROOT,
+                                  stdout=out, stderr=subprocess.STDOUT)
+    lines = log.read_text().splitlines()
+    if finished.returncode != 0:
+        print("\n".join(lines[-60:]))
+        raise SystemExit(f"the DAG run ending {interval_end.isoformat()} failed; full log in {log}")
+    said = [line for line in lines if "checkpoint " in line and ("nothing to read" in line or ": committed" in line
+                                                                 or "(new)" in line)]
+    for line in said:  # what begin_checkpoint and commit printed, without the log prefix
+        print("    " + line[line.index("checkpoint "):].split("  ")[0])
+    print(f"    DAG run succeeded in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def row_counts(db_url: str) -> str:
+    rows = []
+    with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
+        for sink in CONFIG.sinks:
+            cur.execute(sql.SQL("SELECT count(*) FROM {}").format(final_table(sink)))
+            rows.append([sink.table, sink.mode, cur.fetchone()[0]])
+        cur.execute("SELECT count(*) FROM exactly_once.dead_letters WHERE pipeline = %s", (CONFIG.name,))
+        rows.append(["exactly_once.dead_letters", f"pipeline {CONFIG.name}", cur.fetchone()[0]])
+    return table(["table", "sink", "rows"], rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m stack.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="checkpoints to run (default 3)")
+    parser.add_argument("--orders", type=int, default=2000, help="orders produced before each run")
+    args = parser.parse_args()
+    env = process_environment()
+    os.environ.update(env)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    create_tables(env["PIPELINE_DB_URL"])
+    for number in range(1, args.runs + 1):
+        produce(env["KAFKA_BOOTSTRAP_SERVERS"], args.orders, seed=time.time_ns())
+        run_checkpoint(number, datetime.now(timezone.utc), env)
+    print("\nrows per table:\n" + row_counts(env["PIPELINE_DB_URL"]) + "\n")
+    with closing(psycopg2.connect(env["PIPELINE_DB_URL"])) as conn, \
+            KafkaOffsets(env["KAFKA_BOOTSTRAP_SERVERS"]) as kafka:
+        print(render(read_status(conn, kafka, CONFIG.name, history=max(6, args.runs))))
+
+
+if __name__ == "__main__":
+    main()

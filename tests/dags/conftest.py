@@ -1,0 +1,35 @@
+"""The demo pipeline starts each DAG test from nothing."""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing
+
+import psycopg2
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from demo.orders import CONFIG, TOPIC
+from stack.settings import ROOT
+
+LEDGER_TABLES = ("committed_ranges", "gaps", "dead_letters", "checkpoint_ranges")
+
+
+@pytest.fixture
+def fresh_demo(ledger_db, kafka_servers):
+    """No demo topic, tables or ledger rows left from an earlier test or demo."""
+    admin = AdminClient({"bootstrap.servers": kafka_servers})
+    if TOPIC in admin.list_topics(timeout=30).topics:
+        admin.delete_topics([TOPIC])[TOPIC].result(timeout=30)
+        while TOPIC in admin.list_topics(timeout=30).topics:
+            time.sleep(0.2)
+    with closing(psycopg2.connect(ledger_db)) as conn, conn, conn.cursor() as cur:
+        cur.execute("DROP SCHEMA IF EXISTS demo CASCADE")
+        for table in LEDGER_TABLES:
+            cur.execute(f"DELETE FROM exactly_once.{table} WHERE pipeline = %s", (CONFIG.name,))
+        cur.execute("DELETE FROM exactly_once.attempts WHERE checkpoint_id IN "
+                    "(SELECT id FROM exactly_once.checkpoints WHERE pipeline = %s)", (CONFIG.name,))
+        for table in ("checkpoints", "partitions"):
+            cur.execute(f"DELETE FROM exactly_once.{table} WHERE pipeline = %s", (CONFIG.name,))
+        cur.execute((ROOT / "sql" / "demo" / "tables.sql").read_text())
+    return ledger_db
