@@ -18,6 +18,7 @@ import psycopg2
 from psycopg2 import sql
 
 from demo.orders import CONFIG
+from demo.prepare import create_tables
 from demo.produce import produce
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.merge import final_table
@@ -26,11 +27,6 @@ from stack.settings import LOCAL, ROOT, process_environment
 
 DAG_ID = "orders_exactly_once"
 LOGS = LOCAL / "demo"
-
-
-def create_tables(db_url: str) -> None:
-    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
-        cur.execute((ROOT / "sql" / "demo" / "tables.sql").read_text())
 
 
 def run_checkpoint(number: int, interval_end: datetime, env: dict[str, str]) -> None:
@@ -71,7 +67,8 @@ def main() -> None:
     env = process_environment()
     os.environ.update(env)
     LOGS.mkdir(parents=True, exist_ok=True)
-    create_tables(env["PIPELINE_DB_URL"])
+    with closing(psycopg2.connect(env["PIPELINE_DB_URL"])) as conn:
+        create_tables(conn)
     for number in range(1, args.runs + 1):
         produce(env["KAFKA_BOOTSTRAP_SERVERS"], args.orders, seed=time.time_ns())
         run_checkpoint(number, datetime.now(timezone.utc), env)

@@ -1,8 +1,9 @@
 """Where the local stack lives, its ports and secrets, and the environment it exports.
 
 `environment()` is the single source of every variable the project's tools read
-(KAFKA_BOOTSTRAP_SERVERS, PIPELINE_DB_URL, AIRFLOW_*, SPARK_*); `.local/env.sh`
-is written from it for shells.
+(KAFKA_BOOTSTRAP_SERVERS, PIPELINE_DB_URL, AIRFLOW_*, SPARK_*) on the local stack;
+`.local/env.sh` is written from it for shells. Airflow settings that do not depend on
+the deployment come from deploy/airflow.env, which docker-compose.yaml reads too.
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ def java_home() -> str:
     return str(Path(java).resolve().parent.parent)
 
 
+def shared_airflow_settings() -> dict[str, str]:
+    """deploy/airflow.env: the Airflow settings docker-compose.yaml uses too."""
+    lines = (ROOT / "deploy" / "airflow.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+
+
 def environment() -> dict[str, str]:
     """The variables every tool of the project reads, for the local stack."""
     port = ports()
@@ -105,15 +112,8 @@ def environment() -> dict[str, str]:
         "AIRFLOW_HOME": str(AIRFLOW_HOME),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        # LocalExecutor forks this many workers up front; the machine has 2 cores.
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        **shared_airflow_settings(),
         "AIRFLOW__CORE__FERNET_KEY": pw["fernet_key"],
-        "AIRFLOW__CORE__AUTH_MANAGER":
-            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(AIRFLOW_HOME / "passwords.json"),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api}/execution/",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url("airflow", "postgresql+psycopg2"),
@@ -121,7 +121,6 @@ def environment() -> dict[str, str]:
         "AIRFLOW__API__PORT": str(port["airflow_api"]),
         "AIRFLOW__API__BASE_URL": api,
         "AIRFLOW__API_AUTH__JWT_SECRET": pw["jwt_secret"],
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
         "AIRFLOW_CONN_PIPELINE_DB": json.dumps(pipeline_db),
     }

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from demo.orders import CONFIG, TOPIC
-from stack.settings import ROOT
+from demo.prepare import create_tables
 
 LEDGER_TABLES = ("committed_ranges", "gaps", "dead_letters", "checkpoint_ranges")
 
@@ -31,5 +31,6 @@ def fresh_demo(ledger_db, kafka_servers):
                     "(SELECT id FROM exactly_once.checkpoints WHERE pipeline = %s)", (CONFIG.name,))
         for table in ("checkpoints", "partitions"):
             cur.execute(f"DELETE FROM exactly_once.{table} WHERE pipeline = %s", (CONFIG.name,))
-        cur.execute((ROOT / "sql" / "demo" / "tables.sql").read_text())
+    with closing(psycopg2.connect(ledger_db)) as conn:
+        create_tables(conn)
     return ledger_db
