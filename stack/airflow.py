@@ -46,9 +46,14 @@ def _pid_file(service: str):
     return AIRFLOW_HOME / f"{service}.pid"
 
 
+def _marker(service: str) -> str:
+    # What stays in the process title: the api-server renames itself "airflow api_server -- host:…".
+    return f"airflow {service.split('-')[0]}"
+
+
 def service_pid(service: str) -> int | None:
     found = process.read_pid(_pid_file(service))
-    return found if found and process.alive(found, f"airflow {service}") else None
+    return found if found and process.alive(found, _marker(service)) else None
 
 
 def api_healthy(base_url: str) -> bool:
@@ -68,7 +73,6 @@ def start_services(**overrides: str) -> list[str]:
     started = []
     for service in SERVICES:
         if service_pid(service) is None:
-            # `airflow <service>` execs into a process whose command line keeps these words.
             process.spawn(["airflow", *service.split()], AIRFLOW_HOME / f"{service}.log", _pid_file(service),
                           env=env, cwd=ROOT)
             started.append(service)
@@ -85,4 +89,4 @@ def stop_services(names: list[str] | tuple[str, ...] = SERVICES) -> None:
     for service in names:
         running = service_pid(service)
         if running is not None:
-            process.stop(running, f"airflow {service}", timeout=60)
+            process.stop(running, _marker(service), timeout=60)
