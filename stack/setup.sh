@@ -25,6 +25,8 @@ apt_install() {
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
   command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
   command -v mvn >/dev/null || missing+=(maven)
+  # The browser the UI tests drive with Playwright (no browser download from elsewhere).
+  [[ -x /usr/bin/chromium ]] || missing+=(chromium)
   if ((${#missing[@]})); then
     [[ $(id -u) == 0 ]] || { log "missing Debian packages: ${missing[*]} (install them as root)"; exit 1; }
     log "apt-get install ${missing[*]}"

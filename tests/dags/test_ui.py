@@ -1,0 +1,155 @@
+"""Backfill and clear-task from the Airflow UI, as a person does them, in Debian's chromium
+driven by Playwright (no browser download): a backfill over three past intervals started
+from the DAG's Trigger dialog, a failed commit task cleared from its task page, and the
+same backfill again with "All Runs" (reprocess completed runs) — each checked against the
+oracle. Screenshots of every step go to .local/artifacts/ui/.
+
+The DAG is the demo pipeline on 1-minute intervals (tests/dags/window.py): the dialog's
+time fields have minute precision.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from demo.produce import produce
+from stack import airflow
+from stack.settings import ROOT, environment, passwords
+from tests.dags.demo_oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from tests.dags.window import next_boundary, wait_until
+from tests.dags.window import window as window_dag
+
+INTERVAL = timedelta(minutes=1)
+SHOTS = ROOT / ".local" / "artifacts" / "ui"
+CHROMIUM = "/usr/bin/chromium"  # Debian's package, installed by stack/setup.sh
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FAULT = {"EXACTLY_ONCE_FAULTS": "commit_task.try1=raise"}
+
+
+class Ui:
+    """The steps a person takes in the Airflow UI, each ending on a screenshot."""
+
+    def __init__(self, page: Page, dag_id: str):
+        self.page, self.dag_id, self.base = page, dag_id, environment()["AIRFLOW__API__BASE_URL"]
+        SHOTS.mkdir(parents=True, exist_ok=True)
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+
+    def login(self) -> None:
+        self.page.goto(self.base)
+        self.page.locator("input[name=username]").fill("admin")
+        self.page.locator("input[name=password]").fill(passwords()["airflow_admin"])
+        self.page.get_by_role("button", name="Sign in").click()
+        self.page.wait_for_url(lambda url: "/auth/login" not in url)
+
+    def backfill(self, start: datetime, last: datetime, reprocess: str, shot: str) -> None:
+        """Trigger → Backfill, the date range (minutes, UTC), `reprocess` (a label of the
+        dialog), three runs at a time; the DAG stays paused (the test unpauses it after)."""
+        self.page.goto(f"{self.base}/dags/{self.dag_id}")
+        self.page.get_by_role("button", name="Trigger").first.click()
+        dialog = self.page.get_by_role("dialog")
+        dialog.get_by_text("Backfill", exact=True).click()
+        for index, when in enumerate((start, last)):
+            dialog.get_by_test_id("datetime-input").nth(index).click()
+            picker = self.page.locator("[data-scope=popover][data-part=content]:visible").last  # the one just opened
+            picker.get_by_placeholder("YYYY/MM/DD").fill(when.strftime("%Y/%m/%d"))
+            picker.get_by_placeholder("HH:mm").fill(when.strftime("%H:%M"))
+            dialog.get_by_text("Date Range").click()  # closes the picker
+        dialog.get_by_text(reprocess, exact=True).click()
+        dialog.locator("input[name=max_active_runs]").fill("3")
+        unpause = dialog.get_by_role("checkbox", name=re.compile("on trigger"))
+        if unpause.count() and unpause.is_checked():
+            dialog.get_by_text(re.compile("on trigger$")).click()  # the label: the box itself is covered
+            expect(unpause).not_to_be_checked()
+        expect(dialog.get_by_text("3 runs will be triggered.")).to_be_visible()
+        self.shot(shot)
+        dialog.get_by_role("button", name="Run Backfill").click()
+        expect(dialog).to_be_hidden()
+
+    def clear_task(self, run_id: str, task_id: str, shot: str) -> None:
+        self.page.goto(f"{self.base}/dags/{self.dag_id}/runs/{run_id}/tasks/{task_id}")
+        self.page.get_by_role("button", name="Clear").first.click()
+        dialog = self.page.get_by_role("dialog")
+        expect(dialog.get_by_text("Affected Tasks: 1")).to_be_visible()
+        self.shot(shot)
+        dialog.get_by_role("button", name="Confirm").click()
+        expect(dialog).to_be_hidden()
+
+    def show(self, path: str, shot: str, text: str) -> None:
+        self.page.goto(f"{self.base}/dags/{self.dag_id}{path}")
+        expect(self.page.get_by_text(text).first).to_be_visible()
+        self.shot(shot)
+
+
+@pytest.fixture
+def ui_window(tmp_path, stack_env):
+    start = next_boundary(INTERVAL, lead=timedelta(seconds=20))
+    last = start + 2 * INTERVAL
+    with window_dag(tmp_path, INTERVAL, start, last, commit_retries=0) as api:
+        yield api, start, last, tmp_path
+
+
+@pytest.fixture
+def page():
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        context = browser.new_context(timezone_id="UTC", viewport={"width": 1400, "height": 1000})
+        context.set_default_timeout(30_000)
+        yield context.new_page()
+        browser.close()
+
+
+def test_backfill_and_clear_from_the_ui_count_every_record_once(fresh_demo, kafka_servers, ui_window, page):
+    api, start, last, dags_folder = ui_window
+    ui = Ui(page, api.dag_id)
+    for i in range(3):  # one batch inside each of the three intervals
+        wait_until(start + i * INTERVAL + timedelta(seconds=2))
+        produce(kafka_servers, 300, seed=i)
+    wait_until(last + INTERVAL + timedelta(seconds=2))
+
+    ui.login()
+    ui.shot("01-logged-in")
+    ui.backfill(start, last, "Missing Runs", "02-backfill-dialog")
+    api.call("PATCH", f"/dags/{api.dag_id}", json={"is_paused": False})
+    runs = api.finished_runs(api.latest_backfill(), start, last)
+    assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
+    ui.show("/runs", "03-backfill-succeeded", "backfill")
+    after_backfill = assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
+
+    # A commit task that fails (its only try, by the fault hook), cleared from the UI.
+    airflow.stop_services(["scheduler"])
+    airflow.start_services(AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder), **FAULT)
+    produce(kafka_servers, 300, seed=3)
+    # A logical date inside the window (past its end_date a run gets no task instances),
+    # its interval from the window's end to now: this batch.
+    run_id = api.call("POST", f"/dags/{api.dag_id}/dagRuns", json={
+        "logical_date": (last - INTERVAL / 2).isoformat(), "data_interval_start": (last + INTERVAL).isoformat(),
+        "data_interval_end": datetime.now(timezone.utc).isoformat()})["dag_run_id"]
+    api.wait("the run with the failing commit", lambda: api.run_state(run_id) == "failed")
+    assert "fault injected at commit_task.try1" in api.task_log(run_id, "commit", 1)
+    assert {run: state for _, run, state, _ in checkpoints(fresh_demo)}[run_id] == "precommitted"
+    ui.show(f"/runs/{run_id}/tasks/commit", "04-commit-failed", "Failed")
+    ui.clear_task(run_id, "commit", "05-clear-commit-dialog")
+    api.wait("the cleared run", lambda: api.run_state(run_id) == "success")
+    assert "committed now" in api.task_log(run_id, "commit", 2)
+    ui.show(f"/runs/{run_id}/tasks/commit", "06-commit-cleared-and-committed", "Success")
+    after_clear = assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
+    assert after_clear["orders"] > after_backfill["orders"]
+    spark_attempts, ledger = attempts(fresh_demo), checkpoints(fresh_demo)
+
+    # The same backfill again, reprocessing completed runs: nothing changes, no Spark job.
+    previous = api.latest_backfill()
+    ui.backfill(start, last, "All Runs", "07-reprocess-dialog")
+    again = api.wait("the second backfill", lambda: api.latest_backfill() > previous and api.latest_backfill())
+    runs = api.finished_runs(again, start, last)
+    assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
+    ui.show("/runs", "08-reprocess-succeeded", "backfill")
+    assert tables(fresh_demo) == after_clear
+    assert attempts(fresh_demo) == spark_attempts
+    assert checkpoints(fresh_demo) == ledger

@@ -1,0 +1,119 @@
+"""A window of the demo pipeline for tests that need a running scheduler: a DAG with
+`checkpoint_tasks(demo.orders.CONFIG)` on short intervals, written into its own DAGs
+folder with an end_date closing the window and paused until the test unpauses it, so no
+scheduled run can take the window's records before the test's backfill does; the
+Airflow services reading that folder; and the REST API as the admin user."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Iterator
+
+import requests
+
+from stack import airflow
+from stack.settings import environment, passwords
+
+DAG_FILE = '''\
+from datetime import datetime, timedelta
+
+from airflow.sdk import DeltaDataIntervalTimetable, dag
+from demo.orders import CONFIG
+from exactly_once.airflow_tasks import checkpoint_tasks
+
+
+@dag(dag_id="{dag_id}", schedule=DeltaDataIntervalTimetable(timedelta(seconds={seconds})),
+     start_date=datetime.fromisoformat("{start}"), end_date=datetime.fromisoformat("{end}"), catchup=False,
+     is_paused_upon_creation=True, max_active_runs=3)
+def window():
+    checkpoint_tasks(CONFIG, commit_retries={commit_retries})
+
+
+window()
+'''
+
+
+class Api:
+    """Airflow's REST API, as the admin user, about one DAG."""
+
+    def __init__(self, base_url: str, dag_id: str):
+        self.base, self.dag_id = base_url, dag_id
+        token = requests.post(f"{base_url}/auth/token", timeout=30,
+                              json={"username": "admin", "password": passwords()["airflow_admin"]})
+        token.raise_for_status()
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+
+    def call(self, method: str, path: str, **kwargs) -> dict:
+        answer = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
+        assert answer.ok, f"{method} {path}: {answer.status_code} {answer.text}"
+        return answer.json()
+
+    def wait(self, what: str, done, timeout: float = 600):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = done()
+            if found:
+                return found
+            time.sleep(2)
+        raise AssertionError(f"{what}: not done after {timeout:.0f} s")
+
+    def task_log(self, run_id: str, task_id: str, try_number: int = 1) -> str:
+        log = self.call("GET", f"/dags/{self.dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                        headers={"Accept": "application/json"})
+        # Whole records: a failure's exception is in a field of its own, not in "event".
+        return "\n".join(json.dumps(line, ensure_ascii=False) for line in log["content"])
+
+    def backfill(self, start: datetime, last: datetime, reprocess: str = "none") -> int:
+        """Creates a backfill of the logical dates [start, last], three runs at a time; its id."""
+        return self.call("POST", "/backfills", json={
+            "dag_id": self.dag_id, "from_date": start.isoformat(), "to_date": last.isoformat(),
+            "max_active_runs": 3, "reprocess_behavior": reprocess})["id"]
+
+    def latest_backfill(self) -> int:
+        return max(b["id"] for b in self.call("GET", "/backfills", params={"dag_id": self.dag_id})["backfills"])
+
+    def finished_runs(self, backfill: int, start: datetime, last: datetime) -> list[dict]:
+        """Waits until the backfill completed; the backfill runs of [start, last] (logical dates)."""
+        self.wait(f"backfill {backfill}", lambda: self.call("GET", f"/backfills/{backfill}")["completed_at"])
+        runs = self.call("GET", f"/dags/{self.dag_id}/dagRuns", params={"limit": 100})["dag_runs"]
+        return [r for r in runs if r["run_type"] == "backfill"
+                and start <= datetime.fromisoformat(r["logical_date"]) <= last]
+
+    def run_state(self, run_id: str) -> str:
+        return self.call("GET", f"/dags/{self.dag_id}/dagRuns/{run_id}")["state"]
+
+
+def next_boundary(interval: timedelta, lead: timedelta) -> datetime:
+    """The first interval boundary at least `lead` from now."""
+    earliest = datetime.now(timezone.utc).timestamp() + lead.total_seconds()
+    step = interval.total_seconds()
+    return datetime.fromtimestamp((earliest // step + 1) * step, timezone.utc)
+
+
+@contextmanager
+def window(folder: Path, interval: timedelta, start: datetime, last: datetime, commit_retries: int = 4,
+           **service_env: str) -> Iterator[Api]:
+    """The window DAG (logical dates start..last) in `folder`, the Airflow services reading it
+    (`service_env`: extra variables for them), and the API, once the DAG is parsed."""
+    dag_id = f"orders_window_{uuid.uuid4().hex[:8]}"  # no runs left from an earlier test's window
+    (folder / "window.py").write_text(DAG_FILE.format(
+        dag_id=dag_id, seconds=int(interval.total_seconds()), start=start.isoformat(), end=last.isoformat(),
+        commit_retries=commit_retries))
+    started = airflow.start_services(AIRFLOW__CORE__DAGS_FOLDER=str(folder), **service_env)
+    try:
+        api = Api(environment()["AIRFLOW__API__BASE_URL"], dag_id)
+        api.wait("the window DAG parsed", lambda: dag_id in {
+            d["dag_id"] for d in api.call("GET", "/dags", params={"dag_id_pattern": dag_id})["dags"]}, 120)
+        yield api
+    finally:
+        airflow.stop_services(started)
+
+
+def wait_until(moment: datetime) -> None:
+    time.sleep(max(0.0, (moment - datetime.now(timezone.utc)).total_seconds()))
