@@ -25,7 +25,7 @@ from exactly_once.config import PipelineConfig
 from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
 from exactly_once.migrate import migrate
 from exactly_once.protocol import Ledger, NotPreCommitted, NotRunnable, StagedDataChanged
-from exactly_once.status import holders
+from exactly_once.status import describe_ranges, holders
 
 JOB = str(Path(__file__).resolve().parents[2] / "jobs" / "increment.py")
 PIPELINE_DB = "pipeline_db"
@@ -99,7 +99,7 @@ def checkpoint_tasks(config: PipelineConfig, commit_retries: int = 4):
             begun = ledger(config).begin(context["run_id"], start, end, kafka)
             checkpoint = begun.checkpoint
             print(f"recovery: {begun.recovery}")
-            ranges = ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges)
+            ranges = describe_ranges(checkpoint.ranges)
             if checkpoint.is_empty:
                 print(f"checkpoint {checkpoint.id}: nothing to read ({ranges}); no Spark job")
                 if start is not None and end is not None and start < end:

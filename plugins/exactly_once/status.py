@@ -148,13 +148,13 @@ def _seconds(d: timedelta | None) -> str:
     return "" if d is None else f"{d.total_seconds():.1f} s"
 
 
-def _ranges(ranges: tuple[OffsetRange, ...]) -> str:
+def describe_ranges(ranges: tuple[OffsetRange, ...]) -> str:
     return ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in ranges) or "(none)"
 
 
 def render_checkpoints(checkpoints: tuple[CheckpointSummary, ...]) -> str:
     return table(["id", "interval", "ranges", "records", "state", "attempts", "to pre-commit", "to commit"],
-                 [[c.id, f"{_when(c.interval_start)} → {_when(c.interval_end)}", _ranges(c.ranges),
+                 [[c.id, f"{_when(c.interval_start)} → {_when(c.interval_end)}", describe_ranges(c.ranges),
                    c.records or 0, c.state, c.attempts, _seconds(c.until_precommit), _seconds(c.until_commit)]
                   for c in checkpoints])
 
