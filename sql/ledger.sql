@@ -42,6 +42,17 @@ WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s;
 DELETE FROM {staging}
 WHERE checkpoint_id = %(checkpoint_id)s AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s);
 
+-- name: delete_stale_staging
+-- Staging rows that no commit can promote: written late by a fenced (zombie) attempt or
+-- left by one that crashed. Live rows belong to a running checkpoint's current attempt or
+-- to the pre-committed attempt; each statement sees one snapshot of both tables, and an
+-- attempt writes only after start_attempt committed, so live rows are never matched.
+DELETE FROM {staging} s
+USING exactly_once.checkpoints k
+WHERE k.id = s.checkpoint_id AND k.pipeline = %(pipeline)s
+  AND NOT (k.state = 'running' AND s.attempt = k.attempt)
+  AND NOT (k.state = 'precommitted' AND s.attempt = k.precommitted_attempt);
+
 -- name: checkpoint
 SELECT id, dag_run_id, state::text, attempt, interval_start, interval_end, lease_until,
        precommitted_attempt, staged, records, reason

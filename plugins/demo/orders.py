@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
-from exactly_once.config import load_config
+from exactly_once.config import PipelineConfig, load_config
 
 TOPIC = "orders"
 PARTITIONS = 3
 
-CONFIG = load_config({
-    "name": "orders",
-    "source": {"topics": [TOPIC], "value_schema": {
-        "order_id": "string", "sku": "string", "qty": "int", "price": "decimal(12,2)", "ts": "timestamp"}},
-    "transform": "demo.orders:prepare",
-    "sinks": [
-        {"name": "orders", "table": "demo.orders", "mode": "append"},
-        {"name": "sku_minute_totals", "table": "demo.sku_minute_totals", "mode": "aggregate",
-         "keys": ["minute", "sku"], "measures": {"orders": "count", "qty": "sum", "revenue": "sum"}},
-        {"name": "sku_last_price", "table": "demo.sku_last_price", "mode": "upsert", "keys": ["sku"]},
-    ],
-})
+
+
+def config(name: str = "orders", topic: str = TOPIC, schema: str = "demo", **options) -> PipelineConfig:
+    """The demo pipeline; tests run copies of it on a topic and tables of their own."""
+    return load_config({
+        "name": name,
+        "source": {"topics": [topic], "value_schema": {
+            "order_id": "string", "sku": "string", "qty": "int", "price": "decimal(12,2)", "ts": "timestamp"}},
+        "transform": "demo.orders:prepare",
+        "sinks": [
+            {"name": "orders", "table": f"{schema}.orders", "mode": "append"},
+            {"name": "sku_minute_totals", "table": f"{schema}.sku_minute_totals", "mode": "aggregate",
+             "keys": ["minute", "sku"], "measures": {"orders": "count", "qty": "sum", "revenue": "sum"}},
+            {"name": "sku_last_price", "table": f"{schema}.sku_last_price", "mode": "upsert", "keys": ["sku"]},
+        ],
+        **options,
+    })
+
+
+CONFIG = config()
 
 
 def prepare(rows):

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from contextlib import closing
 
+from psycopg2 import sql
+
 from demo.produce import ensure_topic
 from exactly_once import db
 from exactly_once.kafka_offsets import bootstrap_servers
 from exactly_once.sqlfiles import text
 
 
-def create_tables(conn) -> None:
+def create_tables(conn, schema: str = "demo") -> None:
     with conn, conn.cursor() as cur:
-        cur.execute(text("demo/tables.sql"))
+        cur.execute(sql.SQL(text("demo/tables.sql")).format(schema=sql.Identifier(schema)))
 
 
 def main() -> None:

@@ -27,10 +27,10 @@ ABORT_EVERY = 7         # every 7th transaction is aborted
 MALFORMED_EVERY = 997   # every 997th record is not a valid order
 
 
-def ensure_topic(servers: str) -> None:
+def ensure_topic(servers: str, topic: str = TOPIC) -> None:
     admin = AdminClient({"bootstrap.servers": servers})
-    if TOPIC not in admin.list_topics(timeout=30).topics:
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(timeout=30)
+    if topic not in admin.list_topics(timeout=30).topics:
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
 
 
 def order(i: int, rng: random.Random) -> tuple[str, bytes]:
@@ -43,23 +43,23 @@ def order(i: int, rng: random.Random) -> tuple[str, bytes]:
     return sku, json.dumps(value).encode()
 
 
-def produce(servers: str, n: int, seed: int = 0) -> None:
-    ensure_topic(servers)
+def produce(servers: str, n: int, seed: int = 0, topic: str = TOPIC, per_transaction: int = TRANSACTION) -> None:
+    ensure_topic(servers, topic)
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 20, "batch.num.messages": 10_000,
                          "transactional.id": f"demo-producer-{os.getpid()}"})
     producer.init_transactions(30)
-    for first in range(0, n, TRANSACTION):
+    for first in range(0, n, per_transaction):
         producer.begin_transaction()
-        for i in range(first, min(n, first + TRANSACTION)):
+        for i in range(first, min(n, first + per_transaction)):
             key, value = order(i, rng)
-            producer.produce(TOPIC, value, key.encode())
+            producer.produce(topic, value, key.encode())
         producer.flush(60)  # on the broker before an abort, or librdkafka drops them unsent
-        if (first // TRANSACTION) % ABORT_EVERY == ABORT_EVERY - 1:
+        if (first // per_transaction) % ABORT_EVERY == ABORT_EVERY - 1:
             producer.abort_transaction(60)
         else:
             producer.commit_transaction(60)
-    print(f"produced {n} orders to {TOPIC!r}")
+    print(f"produced {n} orders to {topic!r}")
 
 
 def main() -> None:

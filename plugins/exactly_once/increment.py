@@ -162,6 +162,7 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
              ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges))
     columns = ledger.final_columns()
 
+    faults.point("increment.before_read")
     with report.phase("read"):
         parsed = parse(read_ranges(spark, bootstrap_servers, checkpoint.ranges), config)
         parsed.persist(StorageLevel.MEMORY_AND_DISK)
@@ -173,14 +174,17 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
             if first:
                 raise BadRecords(f"pipeline {config.name!r} fails on bad records; checkpoint {checkpoint_id} read "
                                  + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
+        faults.point("increment.before_write")
         with report.phase("write_staging"):
             report.rows[DEAD_LETTERS] = write_staging(
                 bad, DEAD_LETTER_STAGING_NAME, jdbc, checkpoint_id, attempt)
+            faults.point(f"increment.wrote.{DEAD_LETTERS}")
             rows = transform_of(config)(good_rows(parsed))
             for sink in config.sinks:
                 report.rows[sink.name] = write_staging(
                     prepare_sink(rows, sink, columns[sink.name]), staging_table_name(config.name, sink.name),
                     jdbc, checkpoint_id, attempt)
+                faults.point(f"increment.wrote.{sink.name}")
     finally:
         parsed.unpersist()
     faults.point("increment.before_pre_commit")

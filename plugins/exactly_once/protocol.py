@@ -85,6 +85,7 @@ class Recovery:
     committed: tuple[int, ...] = ()    # pre-committed checkpoints committed now
     aborted: tuple[int, ...] = ()      # abandoned checkpoints whose ranges go to the next plan
     sent_back: tuple[int, ...] = ()    # pre-committed, but their staged rows changed: to run again
+    stale_staging_rows: int = 0        # rows of fenced or crashed attempts, deleted
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,10 @@ class Ledger:
         if row is None:
             raise LookupError(f"pipeline {pipeline!r} is not registered in the ledger")
         return cls(load_config(row[0]), connect, **options)
+
+    def connect(self):
+        """A new connection to the pipeline database."""
+        return self._connect()
 
     # -- begin: recover, then plan -------------------------------------------------
 
@@ -314,7 +319,8 @@ class Ledger:
         return "aborted"
 
     def recover(self) -> Recovery:
-        """Commits every pre-committed checkpoint; aborts those whose lease ran out."""
+        """Commits every pre-committed checkpoint; aborts those whose lease ran out; deletes
+        staging rows no commit can promote (a zombie attempt that wrote after it was fenced)."""
         now = self._clock()
         with self._transaction() as cur:
             cur.execute(Q["recoverable"], {"pipeline": self.config.name, "now": now})
@@ -330,7 +336,12 @@ class Ledger:
             elif self.abort(checkpoint_id, f"lease expired before {now.isoformat()}; its ranges are "
                                            "planned again by the next checkpoint") == "aborted":
                 aborted.append(checkpoint_id)
-        return Recovery(tuple(committed), tuple(aborted), tuple(sent_back))
+        stale = 0
+        with self._transaction() as cur:
+            for table in self._staging_tables().values():
+                cur.execute(sql.SQL(Q["delete_stale_staging"]).format(staging=table), {"pipeline": self.config.name})
+                stale += cur.rowcount
+        return Recovery(tuple(committed), tuple(aborted), tuple(sent_back), stale)
 
     # -- registration -------------------------------------------------------------------
 

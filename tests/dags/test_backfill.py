@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from demo.produce import produce
-from tests.dags.demo_oracle import (assert_tables_equal_the_oracle, attempts, checkpoints, committed_orders,
+from tests.demo_oracle import (assert_tables_equal_the_oracle, attempts, checkpoints, committed_orders,
                                     tables)
 from tests.dags.window import next_boundary, wait_until
 from tests.dags.window import window as window_dag

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from demo.orders import PARTITIONS
 from demo.produce import produce
 from stack.settings import ROOT, process_environment
-from tests.dags.demo_oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from tests.demo_oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
 
 
 def dags_test(logical_date: datetime, **env) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from demo.produce import produce
 from stack import airflow
 from stack.settings import ROOT, environment, passwords
-from tests.dags.demo_oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from tests.demo_oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
 from tests.dags.window import next_boundary, wait_until
 from tests.dags.window import window as window_dag
 

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from exactly_once.invariants import violations
 from exactly_once.migrate import migrate
 from exactly_once.planning import DataLossError
 from exactly_once.protocol import (CommitOutcome, Fenced, NotPreCommitted, NotRunnable, SinkTableError,
@@ -190,6 +191,14 @@ def test_promise_5_a_zombie_attempt_can_change_nothing(pipeline):
     pipeline.assert_exact()
     with pytest.raises(NotRunnable, match="already committed"):
         pipeline.ledger.start_attempt(checkpoint.id)
+
+    # Still later, after the commit cleared staging, it writes once more: the next run's
+    # recovery deletes exactly those rows, which no commit could ever promote.
+    pipeline.driver.write_staging(checkpoint.id, zombie.attempt, records)
+    assert pipeline.ledger.recover().stale_staging_rows == sum(zombie_rows.values())
+    pipeline.assert_exact()
+    with closing(psycopg2.connect(pipeline.db_url)) as conn:
+        assert violations(conn, pipeline.config) == []
 
 
 def test_promise_6_a_pre_committed_checkpoint_is_never_aborted_and_the_next_run_commits_it(pipeline):

@@ -1,0 +1,98 @@
+"""The work of a pipeline run's three tasks, free of Airflow:
+
+    begin_checkpoint ──▶ run_increment (one attempt: spark-submit) ──▶ commit_checkpoint
+
+`exactly_once.airflow_tasks` wraps each in an Airflow task; the fault matrix
+(tests/faults) runs each try as a process of its own, as an Airflow worker does,
+so a fault can kill exactly one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import closing
+from datetime import datetime
+from pathlib import Path
+
+from exactly_once import faults
+from exactly_once.config import PipelineConfig
+from exactly_once.kafka_offsets import KafkaOffsets
+from exactly_once.migrate import migrate
+from exactly_once.protocol import Begun, CommitOutcome, Ledger, NotRunnable
+from exactly_once.status import describe_ranges, holders
+
+log = logging.getLogger(__name__)
+
+JOB = str(Path(__file__).resolve().parents[2] / "jobs" / "increment.py")  # the Spark application of an attempt
+
+
+def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
+                     end: datetime | None) -> Begun:
+    """Migrates the ledger, recovers, and begins (or finds again) the run's checkpoint;
+    says in the log what it planned or, for an empty interval, who holds its records."""
+    with closing(ledger.connect()) as conn:
+        migrate(conn)
+    begun = ledger.begin(run_id, start, end, kafka)
+    checkpoint = begun.checkpoint
+    log.info("recovery: %s", begun.recovery)
+    ranges = describe_ranges(checkpoint.ranges)
+    if checkpoint.is_empty:
+        log.info("checkpoint %s: nothing to read (%s); no Spark job", checkpoint.id, ranges)
+        if start is not None and end is not None and start < end:
+            log.info("%s", interval_holders(ledger, kafka, start, end))
+    elif checkpoint.state in ("precommitted", "committed"):
+        log.info("checkpoint %s of this run is already %s (%s)", checkpoint.id, checkpoint.state, ranges)
+    else:
+        log.info("checkpoint %s (%s): %s", checkpoint.id, "new" if begun.new else "begun before", ranges)
+    return begun
+
+
+def interval_holders(ledger: Ledger, kafka: KafkaOffsets, start: datetime, end: datetime) -> str:
+    """Which checkpoints took the records of an interval this run finds empty (a backfill
+    over intervals already processed, or a run late behind a later one)."""
+    config = ledger.config
+    with closing(ledger.connect()) as conn:
+        held = holders(conn, kafka, config.name, config.source.topics, start, end)
+    interval = f"{start.isoformat()} → {end.isoformat()}"
+    if not held:
+        return f"no records in the interval {interval}"
+    return (f"the records of the interval {interval} are already held by checkpoint(s) "
+            + ", ".join(f"{h.checkpoint_id} ({h.state}, DAG run {h.dag_run_id})" for h in held))
+
+
+def job_arguments(config: PipelineConfig, checkpoint_id: int, attempt: int) -> list[str]:
+    """The command-line arguments of jobs/increment.py for one attempt."""
+    return ["--pipeline", config.name, "--checkpoint-id", str(checkpoint_id), "--attempt", str(attempt)]
+
+
+def run_increment(ledger: Ledger, checkpoint_id: int, submit: Callable[[list[str]], None]) -> int | None:
+    """Starts a new attempt of the checkpoint (fencing off any older one) and submits the
+    Spark job with `submit(job arguments)`, which raises if the job fails. A failed attempt
+    is aborted, so a retry runs the same frozen ranges again. Returns the attempt, or None
+    when the checkpoint is already pre-committed or committed (a cleared or retried task)."""
+    try:
+        attempt = ledger.start_attempt(checkpoint_id).attempt
+    except NotRunnable as done:
+        if done.state in ("precommitted", "committed"):
+            log.info("nothing to run: %s", done)
+            return None
+        raise
+    log.info("checkpoint %s attempt %s: submitting the increment job", checkpoint_id, attempt)
+    try:
+        submit(job_arguments(ledger.config, checkpoint_id, attempt))
+    except BaseException as failure:
+        if ledger.abort_attempt(checkpoint_id, attempt, f"Spark job failed: {failure}"):
+            log.info("attempt %s of checkpoint %s aborted; a retry runs the same ranges", attempt, checkpoint_id)
+        raise
+    faults.point("increment_task.after_job")
+    return attempt
+
+
+def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int) -> CommitOutcome:
+    """Phase two (idempotent). Fault points name the task's try, e.g. fail only try 1."""
+    faults.point(f"commit_task.try{try_number}")
+    outcome = ledger.commit(checkpoint_id)
+    log.info("checkpoint %s: %s", checkpoint_id, outcome.value)
+    faults.point("commit_task.after_commit")  # committed, but the task has not reported success
+    return outcome

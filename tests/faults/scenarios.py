@@ -1,0 +1,295 @@
+"""The fault matrix's scenarios (issue: "Fault matrix"). Each produces demo orders
+(committed and aborted Kafka transactions, malformed records), runs the pipeline
+into one fault against the real services, then normal runs until it has caught
+up, and returns what it found wrong beyond the oracle and the ledger invariants,
+which `run_scenario` checks for every one of them after normal runs."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from exactly_once.merge import DEAD_LETTERS
+from stack import kafka, postgres
+from stack.process import alive
+from tests.faults.world import ALL_TRIES, Run, Verdict, World, wait_for
+
+ORDERS = 4000  # 8 transactions of 500 (the 7th aborted), 4 malformed orders
+
+
+class Findings(list):
+    """What a scenario found wrong, and which records retention took from the oracle."""
+
+    def __init__(self):
+        super().__init__()
+        self.lost_to_retention: Callable[[object], bool] = lambda record: False
+
+    def expect(self, holds: bool, what: str) -> None:
+        if not holds:
+            self.append(what)
+
+
+def _retried(world: World, task: str, fault: str,
+             when: tuple[str, Callable[[Run], None]] | None = None) -> tuple[Findings, Run]:
+    """Produces orders and runs with `fault` on try 1 of `task` (and `when` acting on it);
+    expects that try to fail and a retry to succeed."""
+    found = Findings()
+    world.produce(ORDERS)
+    run = world.run(faults={(task, 1): fault}, when={(task, 1): when} if when else None)
+    codes = [t.returncode for t in run.tries_of(task)]
+    found.expect(len(codes) >= 2 and codes[0] != 0 and codes[-1] == 0,
+                 f"{task}: expected try 1 to fail and a retry to succeed, exit codes {codes}")
+    found.expect(run.state == "success", f"run {run.run_id} {run.state}")
+    return found, run
+
+
+def _expect_attempts(found: Findings, world: World, checkpoint: int, states: list[str]) -> None:
+    actual = [s for s, in world.query("SELECT state::text FROM exactly_once.attempts WHERE checkpoint_id = %s "
+                                      "ORDER BY attempt", checkpoint)]
+    found.expect(actual == states, f"attempts of checkpoint {checkpoint}: {actual}, expected {states}")
+
+
+def spark_killed_mid_write(world: World) -> Findings:
+    """a. spark-submit (JVM and Python driver) SIGKILLed after one sink's staging rows are written."""
+    point = f"increment.wrote.{random.Random(world.seed).choice([DEAD_LETTERS, 'orders', 'sku_minute_totals'])}"
+    found, run = _retried(world, "increment", f"{point}=sleep:120",
+                          (point, lambda r: world.signal_attempt(r.checkpoint, 1, signal.SIGKILL)))
+    _expect_attempts(found, world, run.checkpoint, ["aborted", "committed"])
+    return found
+
+
+def job_fails_before_pre_commit(world: World) -> Findings:
+    """b. The job dies after writing all staging rows, before pre-commit."""
+    found, run = _retried(world, "increment", "increment.before_pre_commit=exit")
+    _expect_attempts(found, world, run.checkpoint, ["aborted", "committed"])
+    return found
+
+
+def crash_after_pre_commit(world: World) -> Findings:
+    """c. The increment task's process dies after its attempt pre-committed, before the
+    commit task: the retry finds the checkpoint pre-committed, runs nothing, commit commits."""
+    found, run = _retried(world, "increment", "increment_task.after_job=exit")
+    found.expect(run.tries_of("increment")[-1].result == {"attempt": None}, "the retry ran a new attempt")
+    _expect_attempts(found, world, run.checkpoint, ["committed"])
+    return found
+
+
+def _terminate_open_transactions(world: World) -> None:
+    world.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state = 'idle in transaction' AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()")
+
+
+def commit_connection_killed(world: World) -> Findings:
+    """d. The commit's database connection is terminated inside its transaction, before COMMIT."""
+    found, run = _retried(world, "commit", "commit.before_commit=sleep:10",
+                          ("commit.before_commit", lambda r: _terminate_open_transactions(world)))
+    found.expect(run.tries_of("commit")[-1].result == {"outcome": "committed now"},
+                 f"retry: {run.tries_of('commit')[-1].result}")
+    return found
+
+
+def crash_after_commit(world: World) -> Findings:
+    """e. The commit task dies after COMMIT, before reporting success: its retry is a no-op."""
+    found, run = _retried(world, "commit", "commit_task.after_commit=exit")
+    found.expect(run.tries_of("commit")[-1].result == {"outcome": "already committed"},
+                 f"retry: {run.tries_of('commit')[-1].result}")
+    return found
+
+
+def _restart(service) -> None:
+    service.stop()
+    service.start()
+
+
+def _restart_later(service, down_for: float) -> threading.Thread:
+    """Stops the service now and starts it again `down_for` seconds later, in the background."""
+    service.stop()
+    thread = threading.Thread(target=lambda: (time.sleep(down_for), service.start()), daemon=True)
+    thread.start()
+    return thread
+
+
+def postgres_restarted_during_write(world: World) -> Findings:
+    """f1. PostgreSQL stopped as the Spark job starts writing staging, up again 3 s later."""
+    found = Findings()
+    world.produce(ORDERS)
+    restarts: list[threading.Thread] = []
+    run = world.run(faults={("increment", 1): "increment.before_write=sleep:0"},
+                    when={("increment", 1): ("increment.before_write",
+                                             lambda r: restarts.append(_restart_later(postgres, 3)))})
+    for thread in restarts:
+        thread.join(120)
+    found.expect(bool(restarts), "the job never reached its staging write")
+    found.expect(run.state == "success", f"run {run.run_id} {run.state}")
+    return found
+
+
+def postgres_restarted_during_commit(world: World) -> Findings:
+    """f2. PostgreSQL restarted while the commit's transaction is open."""
+    found, _ = _retried(world, "commit", "commit.before_commit=sleep:10",
+                        ("commit.before_commit", lambda r: _restart(postgres)))
+    return found
+
+
+def kafka_restarted_during_read(world: World) -> Findings:
+    """g. The Kafka broker restarted as the Spark job starts reading its ranges."""
+    found = Findings()
+    world.produce(ORDERS)
+    run = world.run(faults={("increment", 1): "increment.before_read=sleep:0"},
+                    when={("increment", 1): ("increment.before_read", lambda r: _restart(kafka))})
+    found.expect(run.state == "success", f"run {run.run_id} {run.state}")
+    return found
+
+
+def runs_planning_at_once(world: World) -> Findings:
+    """h. Two runs plan at once: the first holds the pipeline's planning lock (paused inside
+    its planning transaction) while the second, with a later interval end, waits on it; then
+    both run their Spark jobs and commits in parallel."""
+    found = Findings()
+    world.produce(ORDERS)
+    first_end = datetime.now(timezone.utc)
+    world.produce(ORDERS)
+    runs: dict[str, Run] = {}
+
+    def run(run_id: str, **options) -> threading.Thread:
+        thread = threading.Thread(target=lambda: runs.__setitem__(run_id, world.run(run_id=run_id, **options)))
+        thread.start()
+        return thread
+
+    threads = [run("early", interval_end=first_end, faults={("begin", 1): "begin.before_commit=sleep:3"})]
+    wait_for(world.folder / "early-begin-try1.log", "fault injected at begin.before_commit")
+    threads.append(run("late"))
+    for thread in threads:
+        thread.join()
+    found.expect(all(r.state == "success" and not r.empty for r in runs.values()),
+                 f"both runs should read records: { {i: (r.state, r.empty) for i, r in runs.items()} }")
+    return found
+
+
+def zombie_attempt(world: World) -> Findings:
+    """i. Attempt 1's Spark driver paused (SIGSTOP) before it writes; its task is given up
+    for dead and retried: attempt 2 pre-commits and commits; then attempt 1 resumes
+    (SIGCONT), writes staging late and is fenced: the final tables do not change."""
+    found = Findings()
+    world.produce(ORDERS)
+    run = Run("zombie")
+    begun = world.task("begin", ["--run-id", run.run_id, "--interval-end", datetime.now(timezone.utc).isoformat()],
+                       run, 1)
+    run.checkpoint = begun.result["checkpoint"]
+    checkpoint = ["--checkpoint-id", str(run.checkpoint)]
+    zombie, log = world.start("increment", checkpoint, run, 1, "increment.before_write=sleep:5")
+    wait_for(log, "fault injected at increment.before_write", zombie)
+    paused = world.signal_attempt(run.checkpoint, 1, signal.SIGSTOP)
+    zombie.kill()  # its worker is gone; the paused driver lives on
+    zombie.wait(30)
+    retry = world.task("increment", checkpoint, run, 2)
+    commit = world.task("commit", [*checkpoint, "--try", "1"], run, 1)
+    found.expect(retry.result == {"attempt": 2} and commit.result == {"outcome": "committed now"},
+                 f"retry {retry.result}, commit {commit.result}")
+    committed = world.tables()
+    for pid in paused:
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + 300
+    while any(alive(pid, "increment.py") for pid in paused) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    found.expect(not any(alive(pid, "increment.py") for pid in paused),
+                 "the resumed attempt 1 did not end within 300 s")
+    found.expect("fenced: attempt 1 of checkpoint" in log.read_text(errors="replace"),
+                 "the resumed attempt 1 was not fenced (no 'fenced:' in its log)")
+    found.expect(world.tables() == committed, "the resumed zombie changed the final tables")
+    recovery = world.normal_runs()[0].tries_of("begin")[0].output
+    found.expect("stale_staging_rows=0)" not in recovery, "the next run's recovery found no late staging rows")
+    return found
+
+
+def retries_exhausted_taken_over(world: World) -> Findings:
+    """j. Every try of a run's increment fails; once its lease runs out, the next run's
+    recovery aborts its checkpoint and plans exactly its ranges again."""
+    found = Findings()
+    world.produce(ORDERS)
+    run = world.run(faults={("increment", ALL_TRIES): "increment.before_pre_commit=exit"}, retries={"increment": 1})
+    found.expect(run.state == "failed", f"run {run.run_id} {run.state}")
+    lease_until, = world.query("SELECT lease_until FROM exactly_once.checkpoints WHERE id = %s", run.checkpoint)[0]
+    time.sleep(max(0.0, (lease_until - datetime.now(timezone.utc)).total_seconds()) + 1)
+    world.normal_runs()
+    found.expect(world.state(run.checkpoint) == "aborted", f"checkpoint {run.checkpoint} {world.state(run.checkpoint)}")
+    taken = world.query("SELECT DISTINCT replanned_by FROM exactly_once.checkpoint_ranges WHERE checkpoint_id = %s "
+                        "AND to_offset > from_offset", run.checkpoint)
+    found.expect(len(taken) == 1 and taken[0][0] is not None and world.state(taken[0][0]) == "committed",
+                 f"ranges of checkpoint {run.checkpoint} replanned by {taken}")
+    return found
+
+
+def retention_deleted_unprocessed(world: World) -> Findings:
+    """k. Retention deletes offsets of partition 0 that no run has read: the next run fails
+    naming them; allowed to lose data, the pipeline records the gap and goes on."""
+    found = Findings()
+    world.produce(ORDERS)
+    world.normal_runs()
+    frontier, = world.query("SELECT frontier FROM exactly_once.partitions WHERE pipeline = %s AND partition = 0",
+                            world.name)[0]
+    world.produce(ORDERS)
+    cut = frontier + 100
+    admin = AdminClient({"bootstrap.servers": world.servers})
+    [deleted] = admin.delete_records([TopicPartition(world.name, 0, cut)]).values()
+    deleted.result(timeout=30)
+    refused = world.run()
+    message = f"{world.name}[0]: offsets {frontier}..{cut - 1} ({cut - frontier} records) were deleted"
+    found.expect(refused.state == "failed" and message in refused.tries_of("begin")[0].output,
+                 f"expected the run to fail with {message!r}")
+    world.register(allow_data_loss=True)
+    world.normal_runs()
+    gaps = world.query("SELECT partition, from_offset, to_offset FROM exactly_once.gaps WHERE pipeline = %s",
+                       world.name)
+    found.expect(gaps == [(0, frontier, cut)], f"gaps {gaps}, expected {[(0, frontier, cut)]}")
+    found.lost_to_retention = lambda m: m.partition() == 0 and frontier <= m.offset() < cut
+    return found
+
+
+def commit_retries_exhausted(world: World) -> Findings:
+    """l. Every try of the commit task fails: the checkpoint stays pre-committed and the
+    next run's recovery commits it before planning."""
+    found = Findings()
+    world.produce(ORDERS)
+    run = world.run(faults={("commit", ALL_TRIES): "commit.before_commit=raise"}, retries={"commit": 1})
+    found.expect(run.state == "failed" and world.state(run.checkpoint) == "precommitted",
+                 f"run {run.state}, checkpoint {world.state(run.checkpoint)}")
+    world.produce(ORDERS)
+    runs = world.normal_runs()
+    recovery = runs[0].tries_of("begin")[0].output
+    found.expect(f"committed=({run.checkpoint},)" in recovery, "the next run's recovery did not commit "
+                 f"checkpoint {run.checkpoint}")
+    return found
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[World], Findings], dict]] = {
+    "a": ("spark-submit killed mid-write", spark_killed_mid_write, {}),
+    "b": ("job fails before pre-commit", job_fails_before_pre_commit, {}),
+    "c": ("crash after pre-commit", crash_after_pre_commit, {}),
+    "d": ("commit connection killed", commit_connection_killed, {}),
+    "e": ("crash after COMMIT", crash_after_commit, {}),
+    "f1": ("PostgreSQL restart in write", postgres_restarted_during_write, {}),
+    "f2": ("PostgreSQL restart in commit", postgres_restarted_during_commit, {}),
+    "g": ("Kafka restart in read", kafka_restarted_during_read, {}),
+    "h": ("two runs plan at once", runs_planning_at_once, {}),
+    "i": ("zombie attempt resumed", zombie_attempt, {}),
+    "j": ("increment retries exhausted", retries_exhausted_taken_over, {"lease": timedelta(seconds=20)}),
+    "k": ("retention deleted offsets", retention_deleted_unprocessed, {}),
+    "l": ("commit retries exhausted", commit_retries_exhausted, {}),
+}
+
+
+def run_scenario(key: str, seed: int, servers: str, db_url: str) -> tuple[World, Verdict]:
+    _, scenario, options = SCENARIOS[key]
+    world = World(key, seed, servers, db_url, **options)
+    findings = scenario(world)
+    world.normal_runs()  # whatever the fault left behind, normal runs must catch up
+    return world, world.verdict(findings, findings.lost_to_retention)

@@ -1,0 +1,60 @@
+"""One try of one task of a pipeline run, as a process of its own (as an Airflow
+worker runs it), doing exactly the work of the DAG's task (`exactly_once.tasks`):
+
+    python -m tests.faults.task begin --pipeline P --run-id R --interval-end ISO
+    python -m tests.faults.task increment --pipeline P --checkpoint-id N
+    python -m tests.faults.task commit --pipeline P --checkpoint-id N --try T
+
+The last line of stdout is the task's result as JSON; exit status 1 on failure.
+Faults come from EXACTLY_ONCE_FAULTS in the environment, set per try by the runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+from datetime import datetime
+
+from exactly_once import db
+from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
+from exactly_once.protocol import Ledger
+from exactly_once.tasks import JOB, begin_checkpoint, commit_checkpoint, run_increment
+from stack.settings import SPARK_MASTER
+
+
+def spark_submit(name: str):
+    def submit(arguments: list[str]) -> None:
+        subprocess.run(["spark-submit", "--master", SPARK_MASTER, "--name", f"{name} increment", JOB, *arguments],
+                       check=True)
+    return submit
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=["begin", "increment", "commit"])
+    parser.add_argument("--pipeline", required=True)
+    parser.add_argument("--run-id")
+    parser.add_argument("--interval-end", type=datetime.fromisoformat)
+    parser.add_argument("--checkpoint-id", type=int)
+    parser.add_argument("--try", dest="try_number", type=int, default=1)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    ledger = Ledger.of_registered(args.pipeline, db.connect)
+    if args.task == "begin":
+        with KafkaOffsets(bootstrap_servers()) as kafka:
+            checkpoint = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end).checkpoint
+        result = {"checkpoint": checkpoint.id, "state": checkpoint.state, "empty": checkpoint.is_empty}
+    elif args.task == "increment":
+        result = {"attempt": run_increment(ledger, args.checkpoint_id, spark_submit(args.pipeline))}
+    else:
+        result = {"outcome": commit_checkpoint(ledger, args.checkpoint_id, args.try_number).value}
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
