@@ -6,9 +6,10 @@
 SELECT pg_advisory_xact_lock(hashtextextended('exactly_once:' || %(pipeline)s, 0));
 
 -- name: register_pipeline
+-- json has no equality: configurations compare as text (field order included, on purpose).
 INSERT INTO exactly_once.pipelines (name, config) VALUES (%(pipeline)s, %(config)s)
 ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config
-WHERE exactly_once.pipelines.config IS DISTINCT FROM EXCLUDED.config;
+WHERE exactly_once.pipelines.config::text IS DISTINCT FROM EXCLUDED.config::text;
 
 -- name: pipeline_config
 SELECT config FROM exactly_once.pipelines WHERE name = %(pipeline)s;

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from exactly_once.invariants import violations
 from exactly_once.migrate import migrate
 from exactly_once.planning import DataLossError
-from exactly_once.protocol import (CommitOutcome, Fenced, NotPreCommitted, NotRunnable, SinkTableError,
+from exactly_once.protocol import (CommitOutcome, Fenced, Ledger, NotPreCommitted, NotRunnable, SinkTableError,
                                    StagedDataChanged)
 from tests.kafka_records import produce_transactions
 from tests.plugins.harness import Pipeline, committed_ranges, order, workload
@@ -396,4 +396,15 @@ def test_sink_tables_that_cannot_merge_in_any_order_are_refused_by_name(ledger_d
 def test_migrations_apply_once(ledger_db):
     with closing(psycopg2.connect(ledger_db)) as conn:
         assert migrate(conn) == []
-    assert query(ledger_db, "SELECT version FROM exactly_once.schema_migrations") == [("0001_ledger",)]
+    assert query(ledger_db, "SELECT version FROM exactly_once.schema_migrations ORDER BY version") == [
+        ("0001_ledger",), ("0002_config_keeps_field_order",)]
+
+
+def test_the_spark_job_reads_the_configuration_back_as_registered_field_order_included(ledger_db, kafka_servers,
+                                                                                        topic):
+    schema = {"order_id": "string", "sku": "string", "qty": "int", "ts": "timestamp"}  # not sorted in any way
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, source={"topics": [topic], "value_schema": schema})
+    pipeline.ledger.register()
+    registered = Ledger.of_registered(pipeline.config.name, pipeline.ledger.connect).config
+    assert registered == pipeline.config
+    assert list(registered.source.value_schema) == list(schema)
