@@ -6,13 +6,17 @@ It reads the pipeline's configuration and the checkpoint's frozen ranges from
 the ledger, writes staging and pre-commits. Connections come from the
 environment: KAFKA_BOOTSTRAP_SERVERS and PIPELINE_DB_URL. Exit status: 0
 pre-committed, 3 fenced (a newer attempt owns the checkpoint), 1 failed.
+`--report FILE` also writes what the attempt did (records, rows per sink, seconds
+per phase) to FILE as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -31,6 +35,7 @@ def main() -> int:
     parser.add_argument("--pipeline", required=True)
     parser.add_argument("--checkpoint-id", type=int, required=True)
     parser.add_argument("--attempt", type=int, required=True, help="the attempt's fencing token")
+    parser.add_argument("--report", type=Path, help="write the attempt's report here as JSON")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -38,13 +43,15 @@ def main() -> int:
     spark = SparkSession.builder.appName(f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}") \
         .getOrCreate()
     try:
-        run_attempt(spark, ledger, args.checkpoint_id, args.attempt, bootstrap_servers(),
-                    db.jdbc_options(db.url()))
+        _, report = run_attempt(spark, ledger, args.checkpoint_id, args.attempt, bootstrap_servers(),
+                                db.jdbc_options(db.url()))
     except Fenced as fenced:
         print(f"fenced: {fenced}", file=sys.stderr)
         return FENCED
     finally:
         spark.stop()
+    if args.report:
+        args.report.write_text(json.dumps(asdict(report)))
     return 0
 
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from exactly_once import faults
@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 
 KAFKA_TIMESTAMP = "kafka_timestamp"
 _KAFKA_COLUMNS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")  # what the job reads of a record
+# Offsets per Spark task: a Kafka partition's range is split so that a task's cached
+# records fit in memory whatever the range's size (one task per 1.5 M-record partition
+# ran out of a 1 GiB heap), and the tasks balance over the cores.
+OFFSETS_PER_TASK = 250_000
 _MEASURES: dict[str, Callable[[str], Column]] = {
     "count": lambda _: F.count(F.lit(1)), "sum": F.sum, "min": F.min, "max": F.max}
 
@@ -53,26 +58,26 @@ class AttemptReport:
         self.seconds[name] = round(time.monotonic() - started, 3)
 
 
-def read_ranges(spark: SparkSession, bootstrap_servers: str, ranges: tuple[OffsetRange, ...]) -> DataFrame:
-    """Exactly the committed records of the frozen ranges (read_committed; a range that
-    ends on transaction markers or holds only aborted records yields what is committed)."""
-    wanted = [r for r in ranges if r.size]
-    if not wanted:
-        return spark.createDataFrame([], _KAFKA_COLUMNS)
+def kafka_source_options(bootstrap_servers: str, ranges: tuple[OffsetRange, ...]) -> dict[str, str]:
+    """Options of Spark's Kafka source for exactly these (non-empty) ranges, read_committed."""
     assign, starting, ending = {}, {}, {}
-    for r in wanted:
+    for r in ranges:
         assign.setdefault(r.topic, []).append(r.partition)
         starting.setdefault(r.topic, {})[str(r.partition)] = r.start
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    return (spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap_servers)
-            .option("kafka.isolation.level", "read_committed")
-            .option("failOnDataLoss", "true")
-            .option("assign", json.dumps(assign))
-            .option("startingOffsets", json.dumps(starting))
-            .option("endingOffsets", json.dumps(ending))
-            .load()
-            .select("key", "value", "topic", "partition", "offset", "timestamp"))
+    return {"kafka.bootstrap.servers": bootstrap_servers, "kafka.isolation.level": "read_committed",
+            "failOnDataLoss": "true", "assign": json.dumps(assign), "startingOffsets": json.dumps(starting),
+            "endingOffsets": json.dumps(ending), "maxRecordsPerPartition": str(OFFSETS_PER_TASK)}
+
+
+def read_ranges(spark: SparkSession, bootstrap_servers: str, ranges: tuple[OffsetRange, ...]) -> DataFrame:
+    """Exactly the committed records of the frozen ranges (read_committed; a range that
+    ends on transaction markers or holds only aborted records yields what is committed)."""
+    wanted = tuple(r for r in ranges if r.size)
+    if not wanted:
+        return spark.createDataFrame([], _KAFKA_COLUMNS)
+    return (spark.read.format("kafka").options(**kafka_source_options(bootstrap_servers, wanted)).load()
+            .select(*KAFKA_COLUMNS))
 
 
 def parse(records: DataFrame, config: PipelineConfig) -> DataFrame:
@@ -124,8 +129,9 @@ def prepare_sink(rows: DataFrame, sink: Sink, columns: list[str]) -> DataFrame:
         return rows.groupBy(*sink.keys).agg(*(_MEASURES[how](m).alias(m) for m, how in sink.measures.items()))
     _require(rows, sink, columns)
     if sink.mode == "upsert":
-        newest_first = Window.partitionBy(*sink.keys).orderBy(F.col(KAFKA_OFFSET).desc(), F.col(KAFKA_PARTITION).desc())
-        rows = rows.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1")
+        # An aggregate, not a window: each task keeps its newest row per key before the shuffle.
+        newest = F.max_by(F.struct(*columns), F.struct(KAFKA_OFFSET, KAFKA_PARTITION))
+        return rows.groupBy(*sink.keys).agg(newest.alias("_newest")).select("_newest.*")
     return rows.select(*columns)
 
 
@@ -136,17 +142,34 @@ def _require(rows: DataFrame, sink: Sink, columns) -> None:
                          f"lack (they have {rows.columns})")
 
 
+def write_jdbc(frame: DataFrame, table: str, jdbc: Mapping[str, str]) -> None:
+    """Appends the rows to `table` from the executors in parallel. Each Spark task writes in
+    one transaction, so a retried task does not leave half its rows behind."""
+    frame.write.format("jdbc").options(**jdbc).option("dbtable", table).option("batchsize", 10_000) \
+        .mode("append").save()
+
+
 def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], checkpoint_id: int, attempt: int) -> int:
-    """Appends the rows, tagged (checkpoint, attempt), from the executors in parallel;
-    returns how many. Each Spark task writes in one transaction, so a retried task
-    does not leave half its rows behind. The count is a second, cheap pass over the
-    job's cached records (caching the sink rows too costs more than it saves)."""
-    rows = frame.count()
-    if rows:
-        (frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
-         .write.format("jdbc").options(**jdbc).option("dbtable", table).option("batchsize", 10_000)
-         .mode("append").save())
-    return rows
+    """Appends the rows, tagged (checkpoint, attempt), and returns how many were written:
+    counted as they pass into the write (an Observation, which counts the successful
+    attempt of each Spark task once), so the rows are computed once."""
+    written = Observation(f"rows written to {table}")
+    tagged = frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
+    write_jdbc(tagged.observe(written, F.count(F.lit(1)).alias("rows")), table, jdbc)
+    return written.get["rows"]
+
+
+def sink_frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[str]]) -> dict[str, DataFrame]:
+    """What each sink receives from the parsed records, the dead letters first: the rows
+    an attempt stages, keyed by sink name (DEAD_LETTERS for the bad records)."""
+    rows = transform_of(config)(good_rows(parsed))
+    return {DEAD_LETTERS: dead_letters(parsed, config.name),
+            **{sink.name: prepare_sink(rows, sink, columns[sink.name]) for sink in config.sinks}}
+
+
+def staging_of(config: PipelineConfig, name: str) -> str:
+    """The staging table of a sink name of `sink_frames`."""
+    return DEAD_LETTER_STAGING_NAME if name == DEAD_LETTERS else staging_table_name(config.name, name)
 
 
 def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,
@@ -168,23 +191,17 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
         parsed.persist(StorageLevel.MEMORY_AND_DISK)
         report.records = parsed.count()
     try:
-        bad = dead_letters(parsed, config.name)
+        frames = sink_frames(parsed, config, columns)
         if config.on_bad_record == "fail":
-            first = bad.limit(5).collect()
+            first = frames[DEAD_LETTERS].limit(5).collect()
             if first:
                 raise BadRecords(f"pipeline {config.name!r} fails on bad records; checkpoint {checkpoint_id} read "
                                  + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
         faults.point("increment.before_write")
         with report.phase("write_staging"):
-            report.rows[DEAD_LETTERS] = write_staging(
-                bad, DEAD_LETTER_STAGING_NAME, jdbc, checkpoint_id, attempt)
-            faults.point(f"increment.wrote.{DEAD_LETTERS}")
-            rows = transform_of(config)(good_rows(parsed))
-            for sink in config.sinks:
-                report.rows[sink.name] = write_staging(
-                    prepare_sink(rows, sink, columns[sink.name]), staging_table_name(config.name, sink.name),
-                    jdbc, checkpoint_id, attempt)
-                faults.point(f"increment.wrote.{sink.name}")
+            for name, frame in frames.items():
+                report.rows[name] = write_staging(frame, staging_of(config, name), jdbc, checkpoint_id, attempt)
+                faults.point(f"increment.wrote.{name}")
     finally:
         parsed.unpersist()
     faults.point("increment.before_pre_commit")

@@ -7,9 +7,10 @@ import pytest
 from tests.kafka_records import produce_transactions
 
 
-def read_range(spark, servers, topic, start: dict[int, int], end: dict[int, int]):
-    rows = (
+def kafka_range(spark, servers, topic, start: dict[int, int], end: dict[int, int], **options: str):
+    return (
         spark.read.format("kafka")
+        .options(**options)
         .option("kafka.bootstrap.servers", servers)
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "true")
@@ -18,8 +19,11 @@ def read_range(spark, servers, topic, start: dict[int, int], end: dict[int, int]
         .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
         .load()
         .select("partition", "offset", "value")
-        .collect()
     )
+
+
+def read_range(spark, servers, topic, start: dict[int, int], end: dict[int, int], **options: str):
+    rows = kafka_range(spark, servers, topic, start, end, **options).collect()
     return sorted((r.partition, r.offset, bytes(r.value)) for r in rows)
 
 
@@ -37,6 +41,16 @@ def test_whole_range_returns_exactly_the_committed_records(spark, kafka_servers,
     rows = read_range(spark, kafka_servers, topic, {0: 0, 1: 0}, {0: 8, 1: 4})
     assert rows == sorted((r.partition, r.offset, r.value) for r in produced if r.committed)
     assert [v for *_, v in rows] == [b"c0", b"c1", b"c2", b"c3"]
+
+
+def test_a_range_split_into_one_offset_per_task_returns_exactly_the_committed_records(
+        spark, kafka_servers, topic, produced):
+    # The job bounds the offsets per Spark task: here every task's range is one offset, so
+    # tasks start and end on markers and inside the aborted transaction.
+    ranges = ({0: 0, 1: 0}, {0: 8, 1: 4})
+    assert kafka_range(spark, kafka_servers, topic, *ranges, maxRecordsPerPartition="1").rdd.getNumPartitions() == 12
+    rows = read_range(spark, kafka_servers, topic, *ranges, maxRecordsPerPartition="1")
+    assert rows == sorted((r.partition, r.offset, r.value) for r in produced if r.committed)
 
 
 def test_range_ending_right_after_a_marker_finishes(spark, kafka_servers, topic, produced):
