@@ -1,8 +1,9 @@
 """A window of the demo pipeline for tests that need a running scheduler: a DAG with
-`checkpoint_tasks(demo.orders.CONFIG)` on short intervals, written into its own DAGs
+`checkpoint_tasks(demo.orders.config(...))` on short intervals, written into its own DAGs
 folder with an end_date closing the window and paused until the test unpauses it, so no
 scheduled run can take the window's records before the test's backfill does; the
-Airflow services reading that folder; and the REST API as the admin user."""
+Airflow services reading that folder; and the REST API as the admin user. The
+benchmarks use the same pieces for copies of the demo pipeline."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator
@@ -23,15 +25,14 @@ DAG_FILE = '''\
 from datetime import datetime, timedelta
 
 from airflow.sdk import DeltaDataIntervalTimetable, dag
-from demo.orders import CONFIG
+from demo.orders import config
 from exactly_once.airflow_tasks import checkpoint_tasks
 
 
-@dag(dag_id="{dag_id}", schedule=DeltaDataIntervalTimetable(timedelta(seconds={seconds})),
-     start_date=datetime.fromisoformat("{start}"), end_date=datetime.fromisoformat("{end}"), catchup=False,
-     is_paused_upon_creation=True, max_active_runs=3)
+@dag(dag_id="{dag_id}", schedule={schedule}, start_date=datetime.fromisoformat("{start}"), end_date={end},
+     catchup=False, is_paused_upon_creation=True, max_active_runs={max_active_runs})
 def window():
-    checkpoint_tasks(CONFIG, commit_retries={commit_retries})
+    checkpoint_tasks(config(*{pipeline!r}), commit_retries={commit_retries})
 
 
 window()
@@ -69,11 +70,11 @@ class Api:
         # Whole records: a failure's exception is in a field of its own, not in "event".
         return "\n".join(json.dumps(line, ensure_ascii=False) for line in log["content"])
 
-    def backfill(self, start: datetime, last: datetime, reprocess: str = "none") -> int:
-        """Creates a backfill of the logical dates [start, last], three runs at a time; its id."""
+    def backfill(self, start: datetime, last: datetime, reprocess: str = "none", max_active_runs: int = 3) -> int:
+        """Creates a backfill of the logical dates [start, last], `max_active_runs` runs at a time; its id."""
         return self.call("POST", "/backfills", json={
             "dag_id": self.dag_id, "from_date": start.isoformat(), "to_date": last.isoformat(),
-            "max_active_runs": 3, "reprocess_behavior": reprocess})["id"]
+            "max_active_runs": max_active_runs, "reprocess_behavior": reprocess})["id"]
 
     def latest_backfill(self) -> int:
         return max(b["id"] for b in self.call("GET", "/backfills", params={"dag_id": self.dag_id})["backfills"])
@@ -96,23 +97,56 @@ def next_boundary(interval: timedelta, lead: timedelta) -> datetime:
     return datetime.fromtimestamp((earliest // step + 1) * step, timezone.utc)
 
 
+@dataclass(frozen=True)
+class WindowDag:
+    """A DAG of (a copy of) the demo pipeline: runs of `interval` for the logical dates
+    start..last, or, without an interval, manual runs only (schedule None, no end)."""
+
+    dag_id: str
+    start: datetime
+    interval: timedelta | None = None
+    last: datetime | None = None
+    pipeline: tuple[str, ...] = ()   # demo.orders.config(*pipeline): the demo itself, or (name, topic, schema)
+    commit_retries: int = 4
+    max_active_runs: int = 3
+
+    def write(self, folder: Path) -> None:
+        timed = self.interval is not None
+        (folder / f"{self.dag_id}.py").write_text(DAG_FILE.format(
+            dag_id=self.dag_id, start=self.start.isoformat(), pipeline=self.pipeline,
+            schedule=f"DeltaDataIntervalTimetable(timedelta(seconds={int(self.interval.total_seconds())}))"
+            if timed else "None",
+            end=f'datetime.fromisoformat("{self.last.isoformat()}")' if timed else "None",
+            commit_retries=self.commit_retries, max_active_runs=self.max_active_runs))
+
+
+@contextmanager
+def services(folder: Path, dags: list[WindowDag], **service_env: str) -> Iterator[dict[str, Api]]:
+    """The DAGs written into `folder`, the Airflow services reading it (`service_env`: extra
+    variables for them), and an API client per DAG id, once every DAG is parsed."""
+    for dag in dags:
+        dag.write(folder)
+    started = airflow.start_services(AIRFLOW__CORE__DAGS_FOLDER=str(folder), **service_env)
+    try:
+        base = environment()["AIRFLOW__API__BASE_URL"]
+        apis = {dag.dag_id: Api(base, dag.dag_id) for dag in dags}
+        for api in apis.values():
+            api.wait(f"DAG {api.dag_id} parsed", lambda api=api: api.dag_id in {
+                d["dag_id"] for d in api.call("GET", "/dags", params={"dag_id_pattern": api.dag_id})["dags"]}, 120)
+        yield apis
+    finally:
+        airflow.stop_services(started)
+
+
 @contextmanager
 def window(folder: Path, interval: timedelta, start: datetime, last: datetime, commit_retries: int = 4,
            **service_env: str) -> Iterator[Api]:
-    """The window DAG (logical dates start..last) in `folder`, the Airflow services reading it
-    (`service_env`: extra variables for them), and the API, once the DAG is parsed."""
+    """The demo's window DAG (logical dates start..last) in `folder`, the Airflow services
+    reading it, and the API, once the DAG is parsed."""
     dag_id = f"orders_window_{uuid.uuid4().hex[:8]}"  # no runs left from an earlier test's window
-    (folder / "window.py").write_text(DAG_FILE.format(
-        dag_id=dag_id, seconds=int(interval.total_seconds()), start=start.isoformat(), end=last.isoformat(),
-        commit_retries=commit_retries))
-    started = airflow.start_services(AIRFLOW__CORE__DAGS_FOLDER=str(folder), **service_env)
-    try:
-        api = Api(environment()["AIRFLOW__API__BASE_URL"], dag_id)
-        api.wait("the window DAG parsed", lambda: dag_id in {
-            d["dag_id"] for d in api.call("GET", "/dags", params={"dag_id_pattern": dag_id})["dags"]}, 120)
-        yield api
-    finally:
-        airflow.stop_services(started)
+    with services(folder, [WindowDag(dag_id, start, interval, last, commit_retries=commit_retries)],
+                  **service_env) as apis:
+        yield apis[dag_id]
 
 
 def wait_until(moment: datetime) -> None:

@@ -1,0 +1,100 @@
+"""What the exactly-once increment job is measured against: Spark applications over the
+same records as a checkpoint, each writing its timing to a JSON report.
+
+    spark-submit tests/benchmarks/peers.py kafka-read RANGES --report FILE
+    spark-submit tests/benchmarks/peers.py at-least-once RANGES --pipeline P --topic T --schema S --report FILE
+    spark-submit tests/benchmarks/peers.py streaming RANGES --pipeline P --topic T --schema S \
+        --checkpoint-dir DIR --report FILE
+
+RANGES is the checkpoint's ranges as JSON, [[topic, partition, start, end], …].
+
+- kafka-read: the ranges through Spark's Kafka source into the `noop` sink: the read's floor.
+- at-least-once: the increment job without the protocol: the same parse, transform and
+  sink preparation (exactly_once.increment), written straight into the final tables of the
+  demo pipeline's copy in schema S, and bad records into S.dead_letters. No ledger, no
+  staging, no counts, no pre-commit or commit: a rerun would count records twice.
+- streaming: Structured Streaming, Trigger.AvailableNow + foreachBatch from the ranges'
+  start offsets (all the topic holds), writing the same final tables the same way: what
+  a user would otherwise pick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from demo.orders import config as demo_config
+from exactly_once import db
+from exactly_once.config import PipelineConfig
+from exactly_once.increment import (KAFKA_COLUMNS, kafka_source_options, parse, read_ranges, sink_frames,
+                                    write_jdbc)
+from exactly_once.kafka_offsets import bootstrap_servers
+from exactly_once.merge import DEAD_LETTERS
+from exactly_once.planning import OffsetRange
+from exactly_once.protocol import Ledger
+
+
+def write_final(records: DataFrame, config: PipelineConfig, schema: str, columns: dict[str, list[str]]) -> None:
+    """Parses the records once (cached, as the increment job does) and writes every sink's
+    rows into its final table."""
+    parsed = parse(records, config).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        for name, frame in sink_frames(parsed, config, columns).items():
+            table = f"{schema}.dead_letters" if name == DEAD_LETTERS else config.sink(name).table
+            write_jdbc(frame, table, db.jdbc_options(db.url()))
+    finally:
+        parsed.unpersist()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("peer", choices=["kafka-read", "at-least-once", "streaming"])
+    parser.add_argument("ranges", type=lambda text: tuple(OffsetRange(*r) for r in json.loads(text)))
+    parser.add_argument("--pipeline", help="the pipeline name the dead letters carry")
+    parser.add_argument("--topic")
+    parser.add_argument("--schema", help="schema of the final tables this peer writes")
+    parser.add_argument("--checkpoint-dir", help="streaming: the query's checkpoint location (new)")
+    parser.add_argument("--report", type=Path, required=True)
+    args = parser.parse_args()
+
+    spark = SparkSession.builder.appName(f"benchmark peer {args.peer}").getOrCreate()
+    report = {}
+    try:
+        servers = bootstrap_servers()
+        if args.peer != "kafka-read":
+            config = demo_config(args.pipeline, args.topic, args.schema)
+            columns = Ledger(config, db.connect).final_columns()  # the catalog only: no ledger rows
+        started = time.perf_counter()
+        if args.peer == "kafka-read":
+            read_ranges(spark, servers, args.ranges).write.format("noop").mode("overwrite").save()
+        elif args.peer == "at-least-once":
+            write_final(read_ranges(spark, servers, args.ranges), config, args.schema, columns)
+        else:
+            batches = []
+
+            def each_batch(batch: DataFrame, batch_id: int) -> None:
+                batches.append(batch_id)
+                write_final(batch, config, args.schema, columns)
+
+            options = kafka_source_options(servers, args.ranges)
+            del options["endingOffsets"]  # a stream has no end: AvailableNow stops at what is there
+            query = (spark.readStream.format("kafka").options(**options).load().select(*KAFKA_COLUMNS)
+                     .writeStream.trigger(availableNow=True).option("checkpointLocation", args.checkpoint_dir)
+                     .foreachBatch(each_batch).start())
+            query.awaitTermination()
+            report["batches"] = len(batches)
+        report["seconds"] = time.perf_counter() - started
+    finally:
+        spark.stop()
+    args.report.write_text(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

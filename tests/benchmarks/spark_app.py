@@ -1,0 +1,71 @@
+"""A Spark application run as a user runs it: spark-submit, timed from launch to exit,
+with the peak memory of its driver (the JVM and, for a PySpark application, the Python
+process it starts), read from the kernel's high-water marks while it runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from stack.settings import ROOT, SPARK_MASTER, process_environment
+
+SAMPLE_EVERY = 0.2  # seconds; the high-water marks only grow, so a sample never misses a peak of a live process
+
+
+@dataclass(frozen=True)
+class SparkRun:
+    seconds: float        # spark-submit launch to exit: JVM start, session, the work, stop
+    peak_jvm: int         # bytes: VmHWM of the driver JVM
+    peak_python: int      # bytes: VmHWM of the Python driver
+    report: dict          # what the application wrote to its --report file
+
+
+def submit(application: Path, arguments: list[str], log: Path) -> SparkRun:
+    """Runs the application with `--report <file>` appended; raises with the log's tail if it fails."""
+    report = log.with_suffix(".json")
+    report.unlink(missing_ok=True)
+    command = ["spark-submit", "--master", SPARK_MASTER, str(application), *arguments, "--report", str(report)]
+    peaks = {"java": 0, "python": 0}
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        # spark-submit execs the JVM, so the child is the driver JVM; the Python driver is its child.
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=process_environment(),
+                                   cwd=ROOT)
+        while process.poll() is None:
+            for pid in [process.pid, *_children(process.pid)]:
+                kind, peak = _high_water_mark(pid)
+                if kind in peaks:
+                    peaks[kind] = max(peaks[kind], peak)
+            time.sleep(SAMPLE_EVERY)
+    seconds = time.perf_counter() - started
+    if process.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        raise RuntimeError(f"{application.name} {' '.join(arguments)} exited {process.returncode}; "
+                           f"log {log}:\n{tail}")
+    return SparkRun(seconds, peaks["java"], peaks["python"], json.loads(report.read_text()))
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _high_water_mark(pid: int) -> tuple[str, int]:
+    """('java' | 'python' | other, peak resident bytes) of a live process; ('', 0) if it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "", 0
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    name = fields.get("Name", "").strip()
+    kind = "python" if name.startswith("python") else name
+    return kind, int(fields.get("VmHWM", "0 kB").split()[0]) * 1024
