@@ -18,9 +18,13 @@ import platform
 import shlex
 import sys
 import time
+from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psycopg2
+
+from exactly_once.migrate import migrate
 from stack import lifecycle
 from stack.settings import LOCAL, ROOT, process_environment
 from tests.benchmarks import airflow_runs, throughput
@@ -160,6 +164,8 @@ def main() -> int:
         env = process_environment()
         os.environ.update(env)
         servers, db_url = env["KAFKA_BOOTSTRAP_SERVERS"], env["PIPELINE_DB_URL"]
+        with closing(psycopg2.connect(db_url)) as conn:
+            migrate(conn)  # a new checkout's database has no ledger yet
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         results = []
         for size in args.sizes:
