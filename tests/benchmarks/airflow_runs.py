@@ -23,7 +23,7 @@ from tests.benchmarks.copies import Q
 from tests.dags.window import Api, WindowDag, next_boundary, services, wait_until
 from tests.demo_oracle import committed_orders, compare, oracle, rows
 
-INTERVAL = timedelta(seconds=3)
+INTERVAL = timedelta(seconds=5)
 ORDERS_PER_INTERVAL = 1000
 RUN_TIMEOUT = 1800
 
@@ -62,7 +62,7 @@ def measure(servers: str, db_url: str, folder: Path, intervals: int = 10) -> Air
         copies.create_demo_tables(db_url, pipeline[2])
         ensure_topic(servers, pipeline[1])  # now: creating it inside an interval would make its batch late
 
-    start = next_boundary(INTERVAL, lead=timedelta(seconds=20))  # the services start meanwhile
+    start = next_boundary(INTERVAL, lead=timedelta(seconds=2))
     last = start + (intervals - 1) * INTERVAL
     dags = [WindowDag(f"bench_empty_{suffix}", start - timedelta(days=1), pipeline=empty),
             WindowDag(f"bench_backfill_sequential_{suffix}", start, INTERVAL, last, sequential, max_active_runs=1),
@@ -72,15 +72,15 @@ def measure(servers: str, db_url: str, folder: Path, intervals: int = 10) -> Air
     for old in dags_folder.glob("*.py"):
         old.unlink()
     try:
-        with services(dags_folder, dags) as apis:
+        # The batches go in while the services start (no Spark job competes with them yet).
+        with ThreadPoolExecutor(1) as background, services(dags_folder, dags) as apis:
+            batches = background.submit(_produce_intervals, servers, sequential[1], start, intervals)
             empty_api, sequential_api, parallel_api = (apis[d.dag_id] for d in dags)
-            with ThreadPoolExecutor(1) as background:
-                batches = background.submit(_produce_intervals, servers, sequential[1], start, intervals)
-                empty_seconds = _empty_run(empty_api, servers, empty[1])
-                batches.result()
+            batches.result()
             wait_until(last + INTERVAL + timedelta(seconds=1))
             timed = [_backfill(api, start, last, n, db_url, pipeline)
                      for api, n, pipeline in ((sequential_api, 1, sequential), (parallel_api, 3, parallel))]
+            empty_seconds = _empty_run(empty_api, servers, empty[1])
         for pipeline in (sequential, parallel):
             _check_oracle(servers, db_url, pipeline)
         return AirflowFigures(empty_seconds, *timed)
@@ -90,9 +90,15 @@ def measure(servers: str, db_url: str, folder: Path, intervals: int = 10) -> Air
 
 
 def _produce_intervals(servers: str, topic: str, start: datetime, intervals: int) -> None:
+    """A batch inside each interval; one that ends after its interval's end would be
+    taken by the next interval's run, so it stops the benchmark."""
     for i in range(intervals):
         wait_until(start + i * INTERVAL + timedelta(seconds=0.3))
         produce(servers, ORDERS_PER_INTERVAL, seed=i, topic=topic)
+        late = datetime.now(timezone.utc) - (start + (i + 1) * INTERVAL)
+        if late.total_seconds() >= 0:
+            raise RuntimeError(f"the batch of interval {i} ended {late.total_seconds():.1f} s after the interval: "
+                               f"this machine needs intervals longer than {INTERVAL}")
 
 
 def _when(text: str) -> datetime:
