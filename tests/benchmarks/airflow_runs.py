@@ -73,14 +73,15 @@ def measure(servers: str, db_url: str, folder: Path, intervals: int = 10) -> Air
         old.unlink()
     try:
         # The batches go in while the services start (no Spark job competes with them yet).
-        with ThreadPoolExecutor(1) as background, services(dags_folder, dags) as apis:
+        with ThreadPoolExecutor(1) as background:
             batches = background.submit(_produce_intervals, servers, sequential[1], start, intervals)
-            empty_api, sequential_api, parallel_api = (apis[d.dag_id] for d in dags)
-            batches.result()
-            wait_until(last + INTERVAL + timedelta(seconds=1))
-            timed = [_backfill(api, start, last, n, db_url, pipeline)
-                     for api, n, pipeline in ((sequential_api, 1, sequential), (parallel_api, 3, parallel))]
-            empty_seconds = _empty_run(empty_api, servers, empty[1])
+            with services(dags_folder, dags) as apis:
+                empty_api, sequential_api, parallel_api = (apis[d.dag_id] for d in dags)
+                batches.result()
+                wait_until(last + INTERVAL + timedelta(seconds=1))
+                timed = [_backfill(api, start, last, n, db_url, pipeline)
+                         for api, n, pipeline in ((sequential_api, 1, sequential), (parallel_api, 3, parallel))]
+                empty_seconds = _empty_run(empty_api, servers, empty[1])
         for pipeline in (sequential, parallel):
             _check_oracle(servers, db_url, pipeline)
         return AirflowFigures(empty_seconds, *timed)
