@@ -1,7 +1,7 @@
 # Airflow 3.3 with the project's locked Python packages, a JDK for spark-submit and
 # Spark's Kafka connector + PostgreSQL JDBC driver from the same pom as the local stack.
 FROM maven:3.9.11-eclipse-temurin-17 AS jars
-COPY stack/poms/spark.xml /build/pom.xml
+COPY exactly_once_stack/poms/spark.xml /build/pom.xml
 RUN mvn -q -B -f /build/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=/jars
 
 FROM apache/airflow:3.3.2-python3.11
@@ -14,5 +14,6 @@ COPY --from=jars /jars /opt/spark-jars
 COPY deploy/spark/spark-defaults.conf /opt/spark-conf/spark-defaults.conf
 USER airflow
 COPY requirements.lock /tmp/requirements.lock
-# The lock pins apache-airflow itself at the image's version, so nothing is upgraded behind its back.
+# The runtime lock only (the test packages are in requirements-test.lock). It pins
+# apache-airflow itself at the image's version, so nothing is upgraded behind its back.
 RUN pip install --no-cache-dir -r /tmp/requirements.lock

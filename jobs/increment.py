@@ -3,11 +3,12 @@
     spark-submit jobs/increment.py --pipeline NAME --checkpoint-id N --attempt T
 
 It reads the pipeline's configuration and the checkpoint's frozen ranges from
-the ledger, writes staging and pre-commits. Connections come from the
-environment: KAFKA_BOOTSTRAP_SERVERS and PIPELINE_DB_URL. Exit status: 0
-pre-committed, 3 fenced (a newer attempt owns the checkpoint), 1 failed.
-`--report FILE` also writes what the attempt did (records, rows per sink, seconds
-per phase) to FILE as JSON.
+the ledger, writes staging and pre-commits (`exactly_once.increment.execute_attempt`,
+which records a failure and whether a retry may help on the attempt). Connections
+come from the environment: KAFKA_BOOTSTRAP_SERVERS and PIPELINE_DB_URL. Exit status:
+0 pre-committed, 3 fenced (a newer attempt owns the checkpoint), 1 failed; the task
+that submitted it reads the same verdicts from the ledger. `--report FILE` also writes
+what the attempt did (records, rows per sink, seconds per phase) to FILE as JSON.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from pyspark.sql import SparkSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))  # the library, beside jobs/
 from exactly_once import db  # noqa: E402
-from exactly_once.increment import run_attempt  # noqa: E402
+from exactly_once.errors import Fenced  # noqa: E402
+from exactly_once.increment import execute_attempt  # noqa: E402
 from exactly_once.kafka_offsets import bootstrap_servers  # noqa: E402
-from exactly_once.protocol import Fenced, Ledger  # noqa: E402
+from exactly_once.protocol import Ledger  # noqa: E402
 
 FENCED = 3
 
@@ -43,8 +45,8 @@ def main() -> int:
     spark = SparkSession.builder.appName(f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}") \
         .getOrCreate()
     try:
-        _, report = run_attempt(spark, ledger, args.checkpoint_id, args.attempt, bootstrap_servers(),
-                                db.jdbc_options(db.url()))
+        report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, bootstrap_servers(),
+                                 db.jdbc_options(db.url()))
     except Fenced as fenced:
         print(f"fenced: {fenced}", file=sys.stderr)
         return FENCED

@@ -1,4 +1,4 @@
--- Statements of the protocol (plugins/exactly_once/protocol.py), by name.
+-- Statements of the protocol (plugins/exactly_once/protocol.py, ledger_rows.py, registration.py), by name.
 -- {staging} and {final} are identifiers filled in with psycopg2.sql.
 
 -- name: lock_pipeline
@@ -61,6 +61,11 @@ FROM exactly_once.checkpoints
 WHERE id = %(checkpoint_id)s AND pipeline = %(pipeline)s
 FOR UPDATE;
 
+-- name: attempt
+SELECT checkpoint_id, attempt, state::text, reason, retryable
+FROM exactly_once.attempts
+WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s;
+
 -- name: checkpoint_of_run
 SELECT id FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s AND dag_run_id = %(dag_run_id)s;
 
@@ -117,7 +122,7 @@ VALUES (%(checkpoint_id)s, %(attempt)s, %(now)s);
 -- name: end_attempts
 -- Ends the checkpoint's attempts still in `from_state` (one attempt, or all when attempt is NULL).
 UPDATE exactly_once.attempts
-SET state = %(state)s, ended_at = %(now)s, reason = %(reason)s
+SET state = %(state)s, ended_at = %(now)s, reason = %(reason)s, retryable = %(retryable)s
 WHERE checkpoint_id = %(checkpoint_id)s AND state = %(from_state)s
   AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s);
 

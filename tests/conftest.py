@@ -16,8 +16,8 @@ from contextlib import closing
 import psycopg2
 import pytest
 
-from stack import lifecycle
-from stack.settings import process_environment
+from exactly_once_stack import lifecycle
+from exactly_once_stack.settings import process_environment
 
 
 @pytest.fixture(scope="session")

@@ -2,14 +2,17 @@
 
     begin_checkpoint ──▶ increment (spark-submit, one attempt) ──▶ commit
 
-Operators are thin: the work of each task is in `exactly_once.tasks`. The
-pipeline database comes from the Airflow connection `pipeline_db`; the Spark
-master from `spark_default`.
+Operators are thin: the work of each task is in `exactly_once.tasks`, and what
+follows a task (skip, retry, fail without retry) is `exactly_once.outcomes`'s
+word, applied here by `airflow_outcome`. The pipeline database comes from the
+Airflow connection `pipeline_db`; the Spark master from `spark_default`.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg2
@@ -21,7 +24,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from exactly_once import tasks
 from exactly_once.config import PipelineConfig
 from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
-from exactly_once.protocol import Ledger, NotPreCommitted, NotRunnable, StagedDataChanged
+from exactly_once.outcomes import TaskOutcome, after_begin, after_error
+from exactly_once.protocol import Ledger
 
 PIPELINE_DB = "pipeline_db"
 
@@ -38,6 +42,18 @@ def ledger(config: PipelineConfig, conn_id: str = PIPELINE_DB) -> Ledger:
     return Ledger(config, connector(conn_id))
 
 
+@contextmanager
+def airflow_outcome() -> Iterator[None]:
+    """A failure no retry can fix fails the task at once (AirflowFailException); any other
+    is raised as it is, so Airflow retries it."""
+    try:
+        yield
+    except Exception as error:
+        if after_error(error) is TaskOutcome.FAIL:
+            raise AirflowFailException(str(error)) from error
+        raise
+
+
 class IncrementOperator(SparkSubmitOperator):
     """One attempt of the run's checkpoint through spark-submit (`tasks.run_increment`)."""
 
@@ -51,10 +67,8 @@ class IncrementOperator(SparkSubmitOperator):
             super(IncrementOperator, self).execute(context)
 
         checkpoint_id = context["ti"].xcom_pull(task_ids="begin_checkpoint")
-        try:
+        with airflow_outcome():
             tasks.run_increment(ledger(self.config), checkpoint_id, submit)
-        except NotRunnable as refused:  # aborted meanwhile: its ranges belong to a later checkpoint
-            raise AirflowFailException(str(refused)) from refused
 
 
 def checkpoint_tasks(config: PipelineConfig, commit_retries: int = 4):
@@ -62,21 +76,18 @@ def checkpoint_tasks(config: PipelineConfig, commit_retries: int = 4):
 
     @task.short_circuit(task_id="begin_checkpoint")
     def begin_checkpoint(**context) -> int | None:
-        with KafkaOffsets(bootstrap_servers()) as kafka:
-            checkpoint = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
-                                                context.get("data_interval_start"),
-                                                context.get("data_interval_end")).checkpoint
-        return None if checkpoint.is_empty else checkpoint.id
+        with airflow_outcome(), KafkaOffsets(bootstrap_servers()) as kafka:
+            begun = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
+                                           context.get("data_interval_start"), context.get("data_interval_end"))
+        return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 
     @task(task_id="commit", retries=commit_retries, retry_delay=timedelta(seconds=5),
           retry_exponential_backoff=True)
     def commit(**context) -> str:
         ti = context["ti"]
-        try:
+        with airflow_outcome():
             return tasks.commit_checkpoint(ledger(config), ti.xcom_pull(task_ids="begin_checkpoint"),
                                            ti.try_number).value
-        except (StagedDataChanged, NotPreCommitted) as refused:
-            raise AirflowFailException(str(refused)) from refused
 
     begun = begin_checkpoint()
     increment = IncrementOperator(task_id="increment", config=config, conn_id="spark_default")

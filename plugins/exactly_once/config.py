@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, ValidationError,
+                      ValidatorFunctionWrapHandler, field_validator, model_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from exactly_once.errors import Permanent
+from exactly_once.spark_types import check as check_spark_type
 
 # Pipeline and sink names become parts of staging table names.
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
@@ -23,7 +28,7 @@ QualifiedTable = Annotated[str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-
 KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET = "kafka_topic", "kafka_partition", "kafka_offset"
 
 
-class ConfigError(ValueError):
+class ConfigError(Permanent, ValueError):
     """A pipeline configuration that cannot be used; the message names the field."""
 
 
@@ -38,33 +43,66 @@ class Source(_Frozen):
         description="Where a new pipeline starts in each partition: the log start, the last stable "
                     "offset at its first plan, or the first offset at or after a timestamp. "
                     "Partitions added later always start at their earliest offset.")
-    value_format: Literal["json"] = Field("json", description="Encoding of record values.")
+    value_format: str = Field("json", description="Encoding of record values, a module of exactly_once.formats.")
     value_schema: dict[Column, str] = Field(
-        min_length=1, description="Fields of the value: column name -> Spark SQL type (e.g. 'bigint').")
+        min_length=1, description="Fields of the value: column name -> Spark SQL type (e.g. 'bigint'), exactly "
+                                  "one type each (exactly_once.spark_types).")
+
+    @field_validator("value_format")
+    @classmethod
+    def _format_known(cls, value_format: str) -> str:
+        from exactly_once.formats import format_of  # the formats import this module
+
+        format_of(value_format)
+        return value_format
+
+    @field_validator("value_schema", mode="wrap")
+    @classmethod
+    def _types_parse(cls, value_schema: Any, handler: ValidatorFunctionWrapHandler) -> dict[str, str]:
+        """Each type must be one Spark SQL data type: unchecked, `"int, x string"` would add a
+        column to the parsed schema. An error is located at `value_schema.<column>`."""
+        schema = handler(value_schema)
+        errors = []
+        for column, spark_type in schema.items():
+            try:
+                check_spark_type(spark_type)
+            except ValueError as error:
+                errors.append(InitErrorDetails(type=PydanticCustomError("spark_type", str(error)), loc=(column,),
+                                               input=spark_type))
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return schema
 
 
 class Sink(_Frozen):
     name: Name = Field(description="Name of the sink within the pipeline (names its staging table).")
     table: QualifiedTable = Field(description="Final table, 'schema.table' or 'table'; created by the user.")
-    mode: Literal["append", "upsert", "aggregate"] = Field(
-        description="append: a row per record; upsert: by key, the highest offset wins; "
-                    "aggregate: measures of each group are added.")
+    mode: str = Field(
+        description="How rows merge, a module of exactly_once.sinks: append: a row per record; upsert: by key, "
+                    "the highest offset wins; aggregate: measures of each group are added.")
     keys: tuple[Column, ...] = Field((), description="upsert: the key columns; aggregate: the group columns.")
     measures: dict[Column, Literal["sum", "count", "min", "max"]] = Field(
         default_factory=dict, description="aggregate only: column -> how it merges.")
 
+    @field_validator("mode")
+    @classmethod
+    def _mode_known(cls, mode: str) -> str:
+        from exactly_once.sinks import mode_of  # the modes import this module
+
+        mode_of(mode)
+        return mode
+
     @model_validator(mode="after")
     def _mode_fits(self) -> Sink:
-        if self.mode == "append" and (self.keys or self.measures):
-            raise ValueError(f"append sinks are keyed by ({KAFKA_TOPIC}, {KAFKA_PARTITION}, {KAFKA_OFFSET}); "
-                             f"keys {list(self.keys)} and measures {dict(self.measures)} must be empty")
-        if self.mode in ("upsert", "aggregate") and not self.keys:
-            raise ValueError(f"{self.mode} sinks need keys")
-        if self.mode == "upsert" and self.measures:
-            raise ValueError(f"upsert sinks take no measures, got {dict(self.measures)}")
-        if self.mode == "aggregate" and not self.measures:
-            raise ValueError("aggregate sinks need measures")
+        self.merge.check(self)
         return self
+
+    @property
+    def merge(self):
+        """The sink's mode (a `exactly_once.sinks.SinkMode`)."""
+        from exactly_once.sinks import mode_of
+
+        return mode_of(self.mode)
 
     @property
     def schema_and_table(self) -> tuple[str, str]:
@@ -99,7 +137,10 @@ class PipelineConfig(_Frozen):
         return self
 
     def sink(self, name: str) -> Sink:
-        return next(s for s in self.sinks if s.name == name)
+        for sink in self.sinks:
+            if sink.name == name:
+                return sink
+        raise KeyError(f"pipeline {self.name!r} has no sink {name!r}")
 
 
 def load_config(data: Mapping[str, Any]) -> PipelineConfig:

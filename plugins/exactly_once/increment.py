@@ -1,5 +1,6 @@
-"""One attempt of one checkpoint, in Spark: read the frozen ranges, parse, transform,
-prepare each sink, write staging from the executors, pre-commit.
+"""One attempt of one checkpoint, in Spark: read the frozen ranges, parse (by the value
+format), transform, make each sink's rows (by its mode), write staging from the
+executors, pre-commit.
 
 The job never decides ranges; it reads them from the ledger. Everything here
 builds Spark plans from the pipeline configuration, so a new pipeline needs no
@@ -17,14 +18,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from exactly_once import faults
-from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, PipelineConfig, Sink
-from exactly_once.merge import DEAD_LETTER_STAGING_NAME, DEAD_LETTERS, staging_table_name
+from exactly_once.checkpoints import Committable
+from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, ConfigError, PipelineConfig
+from exactly_once.errors import Permanent, is_retryable
+from exactly_once.formats import format_of
 from exactly_once.planning import OffsetRange
-from exactly_once.protocol import Committable, Fenced, Ledger
+from exactly_once.protocol import Ledger
+from exactly_once.tables import DEAD_LETTERS, qualified, staging_table
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +39,9 @@ KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")  #
 # records fit in memory whatever the range's size (one task per 1.5 M-record partition
 # ran out of a 1 GiB heap), and the tasks balance over the cores.
 OFFSETS_PER_TASK = 250_000
-_MEASURES: dict[str, Callable[[str], Column]] = {
-    "count": lambda _: F.count(F.lit(1)), "sum": F.sum, "min": F.min, "max": F.max}
 
 
-class BadRecords(RuntimeError):
+class BadRecords(Permanent):
     """Records that do not fit the schema, in a pipeline whose policy is to fail."""
 
 
@@ -82,19 +84,7 @@ def read_ranges(spark: SparkSession, bootstrap_servers: str, ranges: tuple[Offse
 
 def parse(records: DataFrame, config: PipelineConfig) -> DataFrame:
     """The records with `parsed` (the value by the schema) and `reason` (null when it fits)."""
-    schema = config.source.value_schema
-    parsed = F.from_json(F.col("value").cast("string"), ", ".join(f"`{c}` {t}" for c, t in schema.items()))
-    # Every field is required: one that is missing or does not fit its type comes back null.
-    misfits = [F.when(F.col("parsed").getField(c).isNull(), F.lit(f"{c}: missing or not {t}"))
-               for c, t in schema.items()]
-    reason = (F.when(F.col("value").isNull(), F.lit("value is null"))
-              .when(F.expr("try_parse_json(CAST(value AS STRING)) IS NULL"), F.lit("value is not valid JSON"))
-              .otherwise(F.concat(F.lit("does not fit the schema: "), F.concat_ws("; ", *misfits))))
-    fits = F.lit(True)
-    for c in schema:
-        fits = fits & F.col("parsed").getField(c).isNotNull()
-    return (records.withColumn("parsed", parsed)
-            .withColumn("reason", F.when(fits, F.lit(None).cast("string")).otherwise(reason)))
+    return format_of(config.source.value_format).parse(records, config.source.value_schema)
 
 
 def good_rows(parsed: DataFrame) -> DataFrame:
@@ -116,30 +106,8 @@ def transform_of(config: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
     try:
         return getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError) as error:
-        raise ImportError(f"pipeline {config.name!r}: transform {config.transform!r} cannot be loaded: {error}") \
+        raise ConfigError(f"pipeline {config.name!r}: transform {config.transform!r} cannot be loaded: {error}") \
             from error
-
-
-def prepare_sink(rows: DataFrame, sink: Sink, columns: list[str]) -> DataFrame:
-    """The sink's staging rows: append keeps every record; upsert the highest offset per
-    key; aggregate one pre-aggregated row per group (count counts rows, sum/min/max fold
-    the column of the measure's name)."""
-    if sink.mode == "aggregate":
-        _require(rows, sink, [*sink.keys, *(m for m, how in sink.measures.items() if how != "count")])
-        return rows.groupBy(*sink.keys).agg(*(_MEASURES[how](m).alias(m) for m, how in sink.measures.items()))
-    _require(rows, sink, columns)
-    if sink.mode == "upsert":
-        # An aggregate, not a window: each task keeps its newest row per key before the shuffle.
-        newest = F.max_by(F.struct(*columns), F.struct(KAFKA_OFFSET, KAFKA_PARTITION))
-        return rows.groupBy(*sink.keys).agg(newest.alias("_newest")).select("_newest.*")
-    return rows.select(*columns)
-
-
-def _require(rows: DataFrame, sink: Sink, columns) -> None:
-    missing = sorted(set(columns) - set(rows.columns))
-    if missing:
-        raise ValueError(f"sink {sink.name!r} ({sink.table}) needs columns {missing} that the transformed rows "
-                         f"lack (they have {rows.columns})")
 
 
 def write_jdbc(frame: DataFrame, table: str, jdbc: Mapping[str, str]) -> None:
@@ -164,12 +132,7 @@ def sink_frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str,
     an attempt stages, keyed by sink name (DEAD_LETTERS for the bad records)."""
     rows = transform_of(config)(good_rows(parsed))
     return {DEAD_LETTERS: dead_letters(parsed, config.name),
-            **{sink.name: prepare_sink(rows, sink, columns[sink.name]) for sink in config.sinks}}
-
-
-def staging_of(config: PipelineConfig, name: str) -> str:
-    """The staging table of a sink name of `sink_frames`."""
-    return DEAD_LETTER_STAGING_NAME if name == DEAD_LETTERS else staging_table_name(config.name, name)
+            **{sink.name: sink.merge.staging_rows(rows, sink, columns[sink.name]) for sink in config.sinks}}
 
 
 def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,
@@ -177,10 +140,7 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
     """Executes the attempt and pre-commits it. Raises `Fenced` if it is no longer the
     checkpoint's current attempt, `BadRecords` under the `fail` policy."""
     config, report = ledger.config, AttemptReport()
-    checkpoint = ledger.checkpoint(checkpoint_id)
-    if checkpoint.state != "running" or checkpoint.attempt != attempt:
-        raise Fenced(f"attempt {attempt} of checkpoint {checkpoint_id} is fenced before it read anything: the "
-                     f"checkpoint is {checkpoint.state} and its current attempt is {checkpoint.attempt}")
+    checkpoint = ledger.current(checkpoint_id, attempt)  # Fenced before it reads anything
     log.info("checkpoint %s attempt %s: ranges %s", checkpoint_id, attempt,
              ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges))
     columns = ledger.final_columns()
@@ -200,7 +160,8 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
         faults.point("increment.before_write")
         with report.phase("write_staging"):
             for name, frame in frames.items():
-                report.rows[name] = write_staging(frame, staging_of(config, name), jdbc, checkpoint_id, attempt)
+                report.rows[name] = write_staging(frame, qualified(staging_table(config, name)), jdbc,
+                                                  checkpoint_id, attempt)
                 faults.point(f"increment.wrote.{name}")
     finally:
         parsed.unpersist()
@@ -210,3 +171,16 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
     log.info("checkpoint %s attempt %s pre-committed: %s records read, rows per sink %s, seconds per phase %s",
              checkpoint_id, attempt, report.records, report.rows, report.seconds)
     return committable, report
+
+
+def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,
+                    jdbc: Mapping[str, str]) -> AttemptReport:
+    """`run_attempt`, with a failure recorded on the attempt together with whether a retry
+    may help: the task that started the attempt reads that verdict from the ledger,
+    whatever ran the job (spark-submit, a cluster, an in-process session). A fenced
+    attempt records nothing: it is no longer the checkpoint's to change."""
+    try:
+        return run_attempt(spark, ledger, checkpoint_id, attempt, bootstrap_servers, jdbc)[1]
+    except Exception as error:
+        ledger.abort_attempt(checkpoint_id, attempt, f"{type(error).__name__}: {error}", is_retryable(error))
+        raise

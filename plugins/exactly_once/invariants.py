@@ -8,7 +8,7 @@ from __future__ import annotations
 from psycopg2 import sql
 
 from exactly_once.config import PipelineConfig
-from exactly_once.merge import DEAD_LETTER_STAGING, DEAD_LETTERS, staging_table
+from exactly_once.tables import staging_tables
 from exactly_once.sqlfiles import named
 
 Q = named("invariants.sql")
@@ -24,9 +24,7 @@ def violations(conn, config: PipelineConfig) -> list[str]:
                 continue
             cur.execute(statement, {"pipeline": config.name})
             found += [f"{name}: {line}" for line, in cur.fetchall()]
-        stagings = {**{s.name: staging_table(config.name, s.name) for s in config.sinks},
-                    DEAD_LETTERS: DEAD_LETTER_STAGING}
-        for sink, table in stagings.items():
+        for sink, table in staging_tables(config).items():
             cur.execute(sql.SQL(Q[PER_STAGING_TABLE]).format(staging=table), {"pipeline": config.name, "sink": sink})
             found += [f"{PER_STAGING_TABLE}: {line}" for line, in cur.fetchall()]
     conn.rollback()

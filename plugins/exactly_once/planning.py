@@ -9,9 +9,12 @@ again exactly as it was, before any new data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
+
+from exactly_once.errors import Permanent
 
 
 @dataclass(frozen=True, order=True)
@@ -60,7 +63,7 @@ class PartitionPlan:
     replanned: bool               # the range was released by an aborted checkpoint
 
 
-class DataLossError(RuntimeError):
+class DataLossError(Permanent):
     """Records were deleted by retention before the pipeline read them."""
 
     def __init__(self, topic: str, partition: int, frontier: int, log_start: int):
@@ -104,6 +107,23 @@ def _survive_retention(wanted: OffsetRange, offsets: PartitionOffsets, start: in
         raise DataLossError(wanted.topic, wanted.partition, wanted.start, offsets.log_start)
     cut = min(offsets.log_start, wanted.end)
     return PartitionPlan(replace(wanted, start=cut), start, replace(wanted, end=cut), replanned)
+
+
+def plan_checkpoint(seen: Mapping[tuple[str, int], PartitionOffsets],
+                    known: Mapping[tuple[str, int], tuple[int, int]],
+                    released: Mapping[tuple[str, int], OffsetRange],
+                    start: StartPosition, allow_data_loss: bool, cap: int | None) -> list[PartitionPlan]:
+    """Every partition's plan, in (topic, partition) order: `seen` is what Kafka says now,
+    `known` the ledger's (start offset, frontier) per partition, `released` the oldest
+    released range per partition."""
+    plans = []
+    for (topic, partition), offsets in sorted(seen.items()):
+        start_at, frontier = known.get((topic, partition), (None, None))
+        if start_at is None:
+            start_at = start_offset(start, offsets, new_pipeline=not known)
+        state = PartitionState(topic, partition, frontier, released.get((topic, partition)))
+        plans.append(plan_partition(state, offsets, start_at, allow_data_loss))
+    return cap_plans(plans, cap)
 
 
 def cap_plans(plans: list[PartitionPlan], cap: int | None) -> list[PartitionPlan]:

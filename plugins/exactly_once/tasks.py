@@ -1,10 +1,11 @@
-"""The work of a pipeline run's three tasks, free of Airflow:
+"""The work of a pipeline run's three tasks, free of Airflow: the one run path.
 
-    begin_checkpoint ──▶ run_increment (one attempt: spark-submit) ──▶ commit_checkpoint
+    begin_checkpoint ──▶ run_increment (one attempt of the Spark job) ──▶ commit_checkpoint
 
-`exactly_once.airflow_tasks` wraps each in an Airflow task; the fault matrix
-(tests/faults) runs each try as a process of its own, as an Airflow worker does,
-so a fault can kill exactly one of them.
+`exactly_once.airflow_tasks` wraps each in an Airflow task, and `exactly_once.outcomes`
+says what follows each (skip, retry, fail). The tests drive the same functions: the
+fault matrix runs each try as a process of its own, as an Airflow worker does, so a
+fault can kill exactly one of them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from datetime import datetime
 from pathlib import Path
 
 from exactly_once import faults
+from exactly_once.checkpoints import Begun, Outcome, State
 from exactly_once.config import PipelineConfig
+from exactly_once.errors import AttemptFailed, Fenced, NotRunnable, PipelineError
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.migrate import migrate
-from exactly_once.protocol import Begun, CommitOutcome, Ledger, NotRunnable
+from exactly_once.protocol import Ledger
 from exactly_once.status import describe_ranges, holders
 
 log = logging.getLogger(__name__)
@@ -41,8 +44,8 @@ def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: da
         log.info("checkpoint %s: nothing to read (%s); no Spark job", checkpoint.id, ranges)
         if start is not None and end is not None and start < end:
             log.info("%s", interval_holders(ledger, kafka, start, end))
-    elif checkpoint.state in ("precommitted", "committed"):
-        log.info("checkpoint %s of this run is already %s (%s)", checkpoint.id, checkpoint.state, ranges)
+    elif checkpoint.state in (State.PRECOMMITTED, State.COMMITTED):
+        log.info("checkpoint %s of this run is already %s (%s)", checkpoint.id, checkpoint.state.value, ranges)
     else:
         log.info("checkpoint %s (%s): %s", checkpoint.id, "new" if begun.new else "begun before", ranges)
     return begun
@@ -66,30 +69,48 @@ def job_arguments(config: PipelineConfig, checkpoint_id: int, attempt: int) -> l
     return ["--pipeline", config.name, "--checkpoint-id", str(checkpoint_id), "--attempt", str(attempt)]
 
 
-def run_increment(ledger: Ledger, checkpoint_id: int, submit: Callable[[list[str]], None]) -> int | None:
-    """Starts a new attempt of the checkpoint (fencing off any older one) and submits the
-    Spark job with `submit(job arguments)`, which raises if the job fails. A failed attempt
-    is aborted, so a retry runs the same frozen ranges again. Returns the attempt, or None
-    when the checkpoint is already pre-committed or committed (a cleared or retried task)."""
+def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[str]], None]) -> int | None:
+    """Starts a new attempt of the checkpoint (fencing off any older one) and runs the Spark
+    job with `execute(job arguments)` (spark-submit, or a session in this process), which
+    raises if the job fails. A failed attempt is aborted, so a retry runs the same frozen
+    ranges again; the error raised says whether a retry may help (`attempt_failure`).
+    Returns the attempt, or None when the checkpoint is already pre-committed or committed
+    (a cleared or retried task)."""
     try:
         attempt = ledger.start_attempt(checkpoint_id).attempt
     except NotRunnable as done:
-        if done.state in ("precommitted", "committed"):
+        if done.state in (State.PRECOMMITTED, State.COMMITTED):
             log.info("nothing to run: %s", done)
             return None
         raise
-    log.info("checkpoint %s attempt %s: submitting the increment job", checkpoint_id, attempt)
+    log.info("checkpoint %s attempt %s: running the increment job", checkpoint_id, attempt)
     try:
-        submit(job_arguments(ledger.config, checkpoint_id, attempt))
+        execute(job_arguments(ledger.config, checkpoint_id, attempt))
     except BaseException as failure:
-        if ledger.abort_attempt(checkpoint_id, attempt, f"Spark job failed: {failure}"):
-            log.info("attempt %s of checkpoint %s aborted; a retry runs the same ranges", attempt, checkpoint_id)
+        verdict = attempt_failure(ledger, checkpoint_id, attempt, failure)
+        if isinstance(failure, Exception):
+            raise verdict from failure
         raise
     faults.point("increment_task.after_job")
     return attempt
 
 
-def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int) -> CommitOutcome:
+def attempt_failure(ledger: Ledger, checkpoint_id: int, attempt: int, failure: BaseException) -> PipelineError:
+    """What a failed job means for its task, from the ledger: `Fenced` when a newer attempt
+    owns the checkpoint (the job exits 3 then; a retry would only fence that one in turn),
+    else `AttemptFailed`, retryable unless the job recorded a failure no retry can fix."""
+    ledger.abort_attempt(checkpoint_id, attempt, f"Spark job failed: {failure}")  # unless the job recorded it
+    current = ledger.checkpoint(checkpoint_id).attempt
+    if current != attempt:
+        return Fenced(f"attempt {attempt} of checkpoint {checkpoint_id} is fenced: attempt {current} owns it")
+    recorded = ledger.attempt(checkpoint_id, attempt)
+    log.info("attempt %s of checkpoint %s aborted (%s); a retry runs the same ranges", attempt, checkpoint_id,
+             recorded.reason)
+    return AttemptFailed(f"checkpoint {checkpoint_id} attempt {attempt} failed: {recorded.reason}",
+                         retryable=recorded.retryable is not False)
+
+
+def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int) -> Outcome:
     """Phase two (idempotent). Fault points name the task's try, e.g. fail only try 1."""
     faults.point(f"commit_task.try{try_number}")
     outcome = ledger.commit(checkpoint_id)

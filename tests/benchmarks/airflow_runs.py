@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from demo.orders import config as demo_config
-from demo.produce import ensure_topic, produce
+from exactly_once_demo.pipeline import config as demo_config
+from exactly_once_demo.produce import ensure_topic, produce
 from tests.benchmarks import copies
 from tests.benchmarks.copies import Q
 from tests.dags.window import Api, WindowDag, next_boundary, services, wait_until
-from tests.demo_oracle import committed_orders, compare, oracle, rows
+from exactly_once_demo.oracle import committed_orders, compare, oracle, rows
 
 INTERVAL = timedelta(seconds=5)
 ORDERS_PER_INTERVAL = 1000

@@ -10,9 +10,9 @@ import psycopg2
 from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
-from demo.prepare import create_tables
+from exactly_once_demo.prepare import create_tables
 from exactly_once.config import PipelineConfig
-from exactly_once.merge import staging_table
+from exactly_once.tables import staging_table
 from exactly_once.sqlfiles import named
 
 Q = named("benchmarks.sql")
@@ -39,7 +39,7 @@ def remove(servers: str, db_url: str, config: PipelineConfig, schemas: list[str]
         delete_topic(servers, topic)
     execute(db_url, Q["forget_pipeline"], {"pipeline": config.name})
     for sink in config.sinks:
-        execute(db_url, Q["drop_table"], table=staging_table(config.name, sink.name))
+        execute(db_url, Q["drop_table"], table=staging_table(config, sink.name))
     for schema in schemas:
         execute(db_url, Q["drop_schema"], schema=sql.Identifier(schema))
 

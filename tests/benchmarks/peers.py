@@ -29,13 +29,13 @@ from pathlib import Path
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from demo.orders import config as demo_config
+from exactly_once_demo.pipeline import config as demo_config
 from exactly_once import db
 from exactly_once.config import PipelineConfig
 from exactly_once.increment import (KAFKA_COLUMNS, kafka_source_options, parse, read_ranges, sink_frames,
                                     write_jdbc)
 from exactly_once.kafka_offsets import bootstrap_servers
-from exactly_once.merge import DEAD_LETTERS
+from exactly_once.tables import DEAD_LETTERS
 from exactly_once.planning import OffsetRange
 from exactly_once.protocol import Ledger
 

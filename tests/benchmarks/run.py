@@ -25,8 +25,8 @@ from pathlib import Path
 import psycopg2
 
 from exactly_once.migrate import migrate
-from stack import lifecycle
-from stack.settings import LOCAL, ROOT, process_environment
+from exactly_once_stack import lifecycle
+from exactly_once_stack.settings import LOCAL, ROOT, process_environment
 from tests.benchmarks import airflow_runs, throughput
 from tests.benchmarks.airflow_runs import AirflowFigures, Backfill
 from tests.benchmarks.throughput import Throughput

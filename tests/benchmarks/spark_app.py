@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stack.settings import ROOT, SPARK_MASTER, process_environment
+from exactly_once_stack.settings import ROOT, SPARK_MASTER, process_environment
 
 SAMPLE_EVERY = 0.2  # seconds; the high-water marks only grow, so a sample never misses a peak of a live process
 

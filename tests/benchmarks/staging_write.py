@@ -18,8 +18,8 @@ import psycopg2
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from stack import lifecycle
-from stack.settings import process_environment
+from exactly_once_stack import lifecycle
+from exactly_once_stack.settings import process_environment
 
 TABLE = "exactly_once.bench_staging"
 WARM_UP = 100_000

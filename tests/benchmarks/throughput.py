@@ -2,7 +2,7 @@
 limits it is compared with and the jobs a user would otherwise run, all in one run on
 the same records:
 
-- the checkpoint as the pipeline's tasks run it: plan (`Ledger.begin`), a new attempt,
+- the checkpoint as the pipeline's tasks run it (`exactly_once.tasks`): plan, a new attempt,
   `spark-submit jobs/increment.py` (its phases from the job's report, its driver's peak
   memory), commit;
 - limits: PostgreSQL `COPY` of the checkpoint's staged rows from files, a bare
@@ -27,12 +27,14 @@ from pathlib import Path
 import psycopg2
 from psycopg2 import sql
 
-from demo.orders import config as demo_config
-from demo.produce import produce
+from exactly_once_demo.pipeline import config as demo_config
+from exactly_once_demo.produce import produce
 from exactly_once.kafka_offsets import KafkaOffsets
-from exactly_once.merge import DEAD_LETTER_STAGING, DEAD_LETTERS, final_table, staging_table
-from exactly_once.protocol import CommitOutcome, Ledger
-from stack.settings import ROOT
+from exactly_once import tasks
+from exactly_once.checkpoints import Outcome
+from exactly_once.protocol import Ledger
+from exactly_once.tables import final_table, staging_tables
+from exactly_once_stack.settings import ROOT
 from tests.benchmarks import copies
 from tests.benchmarks.copies import Q
 from tests.benchmarks.spark_app import SparkRun, submit
@@ -116,16 +118,19 @@ class Bench:
         self.prepare()
         with Stopwatch() as produced:
             produce(self.servers, self.orders, seed=self.orders, topic=self.name, per_transaction=PER_TRANSACTION)
+        # The pipeline's own run path (exactly_once.tasks), each task timed.
         with KafkaOffsets(self.servers) as kafka, Stopwatch() as plan:
-            checkpoint = self.ledger.begin("benchmark", None, datetime.now(timezone.utc), kafka).checkpoint
-        with Stopwatch() as start_attempt:
-            attempt = self.ledger.start_attempt(checkpoint.id).attempt
-        job = submit(JOB, ["--pipeline", self.name, "--checkpoint-id", str(checkpoint.id), "--attempt", str(attempt)],
-                     self.folder / "increment.log")
+            checkpoint = tasks.begin_checkpoint(self.ledger, kafka, "benchmark", None,
+                                                datetime.now(timezone.utc)).checkpoint
+        jobs = []
+        with Stopwatch() as increment:
+            tasks.run_increment(self.ledger, checkpoint.id,
+                                lambda arguments: jobs.append(submit(JOB, arguments, self.folder / "increment.log")))
+        job = jobs[0]
         staged = self.save_staging(checkpoint.id)
         with Stopwatch() as commit:
-            outcome = self.ledger.commit(checkpoint.id)
-        if outcome is not CommitOutcome.COMMITTED:
+            outcome = tasks.commit_checkpoint(self.ledger, checkpoint.id, try_number=1)
+        if outcome is not Outcome.COMMITTED:
             raise AssertionError(f"{self.name}: checkpoint {checkpoint.id} {outcome}")
         ranges = json.dumps([[r.topic, r.partition, r.start, r.end] for r in checkpoint.ranges if r.size])
         copy, insert_select, append_rows = self.postgres_limits(staged)
@@ -136,20 +141,17 @@ class Bench:
         streaming = submit(PEERS, ["streaming", ranges, *peer, "--schema", self.schemas["ss"],
                                    "--checkpoint-dir", str(self.streaming_checkpoint)], self.folder / "streaming.log")
         self.check_peers_equal()
-        return Throughput(self.orders, job.report["records"], produced.seconds, plan.seconds, start_attempt.seconds,
+        return Throughput(self.orders, job.report["records"], produced.seconds, plan.seconds,
+                          increment.seconds - job.seconds,
                           job, commit.seconds, sum(staged.values()), copy, append_rows, insert_select, kafka_read,
                           at_least_once, streaming)
-
-    def staging_tables(self) -> dict[str, sql.Identifier]:
-        return {DEAD_LETTERS: DEAD_LETTER_STAGING,
-                **{s.name: staging_table(self.name, s.name) for s in self.config.sinks}}
 
     def save_staging(self, checkpoint_id: int) -> dict[str, int]:
         """Each staging table's rows of the checkpoint into a file (between pre-commit and
         commit, untimed): what the COPY limit loads. Rows per table."""
         rows = {}
         with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur:
-            for name, table in self.staging_tables().items():
+            for name, table in staging_tables(self.config).items():
                 with (self.folder / f"staged-{name}.tsv").open("w") as out:
                     cur.copy_expert(sql.SQL(Q["copy_out"]).format(
                         staging=table, checkpoint_id=sql.Literal(checkpoint_id)).as_string(cur), out)
@@ -161,8 +163,8 @@ class Bench:
         included), then INSERT … SELECT of the append sink's rows into a table like its final
         table (unique index included). Seconds of each, and the append rows."""
         limits = {name: sql.Identifier(self.limits_schema, f"staged_{name.strip('_')}")
-                  for name in self.staging_tables()}
-        for name, staging in self.staging_tables().items():
+                  for name in staging_tables(self.config)}
+        for name, staging in staging_tables(self.config).items():
             self.execute(Q["create_like_staging"], table=limits[name], staging=staging)
         copy = 0.0
         with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur:

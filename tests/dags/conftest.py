@@ -9,8 +9,8 @@ import psycopg2
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from demo.orders import CONFIG, TOPIC
-from demo.prepare import create_tables
+from exactly_once_demo.pipeline import CONFIG, TOPIC
+from exactly_once_demo.prepare import create_tables
 
 LEDGER_TABLES = ("committed_ranges", "gaps", "dead_letters", "checkpoint_ranges")
 

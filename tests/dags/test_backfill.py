@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from demo.produce import produce
-from tests.demo_oracle import (assert_tables_equal_the_oracle, attempts, checkpoints, committed_orders,
-                                    tables)
+from exactly_once_demo.oracle import (assert_tables_equal_the_oracle, attempts, checkpoints, committed_orders,
+                                       tables)
+from exactly_once_demo.produce import produce
 from tests.dags.window import next_boundary, wait_until
 from tests.dags.window import window as window_dag
 

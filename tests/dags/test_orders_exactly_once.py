@@ -8,10 +8,10 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from demo.orders import PARTITIONS
-from demo.produce import produce
-from stack.settings import ROOT, process_environment
-from tests.demo_oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from exactly_once_demo.oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from exactly_once_demo.pipeline import PARTITIONS
+from exactly_once_demo.produce import produce
+from exactly_once_stack.settings import ROOT, process_environment
 
 
 def dags_test(logical_date: datetime, **env) -> subprocess.CompletedProcess:

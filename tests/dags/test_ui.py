@@ -16,16 +16,16 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from demo.produce import produce
-from stack import airflow
-from stack.settings import ROOT, environment, passwords
-from tests.demo_oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from exactly_once_demo.oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from exactly_once_demo.produce import produce
+from exactly_once_stack import airflow
+from exactly_once_stack.settings import ROOT, environment, passwords
 from tests.dags.window import next_boundary, wait_until
 from tests.dags.window import window as window_dag
 
 INTERVAL = timedelta(minutes=1)
 SHOTS = ROOT / ".local" / "artifacts" / "ui"
-CHROMIUM = "/usr/bin/chromium"  # Debian's package, installed by stack/setup.sh
+CHROMIUM = "/usr/bin/chromium"  # Debian's package, installed by exactly_once_stack/setup.sh
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 FAULT = {"EXACTLY_ONCE_FAULTS": "commit_task.try1=raise"}

@@ -1,9 +1,9 @@
 """A window of the demo pipeline for tests that need a running scheduler: a DAG with
-`checkpoint_tasks(demo.orders.config(...))` on short intervals, written into its own DAGs
-folder with an end_date closing the window and paused until the test unpauses it, so no
-scheduled run can take the window's records before the test's backfill does; the
-Airflow services reading that folder; and the REST API as the admin user. The
-benchmarks use the same pieces for copies of the demo pipeline."""
+`checkpoint_tasks(exactly_once_demo.pipeline.config(...))` on short intervals, written
+into its own DAGs folder with an end_date closing the window and paused until the test
+unpauses it, so no scheduled run can take the window's records before the test's
+backfill does; the Airflow services reading that folder; and the REST API as the admin
+user. The benchmarks use the same pieces for copies of the demo pipeline."""
 
 from __future__ import annotations
 
@@ -18,15 +18,15 @@ from typing import Iterator
 
 import requests
 
-from stack import airflow
-from stack.settings import environment, passwords
+from exactly_once_stack import airflow
+from exactly_once_stack.settings import environment, passwords
 
 DAG_FILE = '''\
 from datetime import datetime, timedelta
 
 from airflow.sdk import DeltaDataIntervalTimetable, dag
-from demo.orders import config
 from exactly_once.airflow_tasks import checkpoint_tasks
+from exactly_once_demo.pipeline import config
 
 
 @dag(dag_id="{dag_id}", schedule={schedule}, start_date=datetime.fromisoformat("{start}"), end_date={end},
@@ -106,7 +106,7 @@ class WindowDag:
     start: datetime
     interval: timedelta | None = None
     last: datetime | None = None
-    pipeline: tuple[str, ...] = ()   # demo.orders.config(*pipeline): the demo itself, or (name, topic, schema)
+    pipeline: tuple[str, ...] = ()   # exactly_once_demo's config(*pipeline): the demo itself, or (name, topic, schema)
     commit_retries: int = 4
     max_active_runs: int = 3
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import compose
-from stack.postgres import bin_dir
-from stack.settings import ROOT, environment, shared_airflow_settings
+from exactly_once_stack.postgres import bin_dir
+from exactly_once_stack.settings import ROOT, environment, shared_airflow_settings
 
 COMPOSE = Path(compose.__file__).parent / "docker-compose"  # its Python wrapper exits 0 even on errors
 AIRFLOW_SERVICES = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
@@ -57,7 +57,8 @@ def test_every_image_is_pinned_to_the_versions_the_lock_and_the_local_stack_use(
     assert images["airflow-scheduler"].endswith(f":{locked('apache-airflow')}")
     spark = locked("pyspark")
     assert images["spark-master"] == images["spark-worker"] == f"apache/spark:{spark}-scala2.13-java17-python3-ubuntu"
-    kafka = re.search(r"<kafka.version>(\S+)</kafka.version>", (ROOT / "stack/poms/kafka.xml").read_text()).group(1)
+    pom = (ROOT / "exactly_once_stack" / "poms" / "kafka.xml").read_text()
+    kafka = re.search(r"<kafka.version>(\S+)</kafka.version>", pom).group(1)
     assert images["kafka"] == f"apache/kafka:{kafka}"
     assert images["postgres"].startswith(f"postgres:{bin_dir().parent.name}.")  # the local server's major
 

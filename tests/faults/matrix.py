@@ -19,8 +19,8 @@ import traceback
 from dataclasses import dataclass
 
 from exactly_once.status import table
-from stack import lifecycle
-from stack.settings import process_environment
+from exactly_once_stack import lifecycle
+from exactly_once_stack.settings import process_environment
 from tests.faults.scenarios import SCENARIOS, run_scenario
 from tests.faults.world import ARTIFACTS, Verdict
 

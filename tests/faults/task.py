@@ -5,8 +5,10 @@ worker runs it), doing exactly the work of the DAG's task (`exactly_once.tasks`)
     python -m tests.faults.task increment --pipeline P --checkpoint-id N
     python -m tests.faults.task commit --pipeline P --checkpoint-id N --try T
 
-The last line of stdout is the task's result as JSON; exit status 1 on failure.
-Faults come from EXACTLY_ONCE_FAULTS in the environment, set per try by the runner.
+The last line of stdout is the task's result as JSON; on failure (exit status 1) it
+is `{"error": ..., "outcome": "retry" | "fail"}`, what `exactly_once.outcomes` tells the
+DAG to do, so the runner retries exactly what Airflow would. Faults come from
+EXACTLY_ONCE_FAULTS in the environment, set per try by the runner.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from datetime import datetime
 
 from exactly_once import db
 from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
+from exactly_once.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.protocol import Ledger
 from exactly_once.tasks import JOB, begin_checkpoint, commit_checkpoint, run_increment
-from stack.settings import SPARK_MASTER
+from exactly_once_stack.settings import SPARK_MASTER
 
 
 def spark_submit(name: str):
@@ -43,17 +46,26 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    try:
+        result = run(args)
+    except Exception as error:
+        logging.exception("task %s failed", args.task)
+        print(json.dumps({"error": str(error), "outcome": after_error(error).value}), flush=True)
+        return 1
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def run(args: argparse.Namespace) -> dict:
     ledger = Ledger.of_registered(args.pipeline, db.connect)
     if args.task == "begin":
         with KafkaOffsets(bootstrap_servers()) as kafka:
-            checkpoint = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end).checkpoint
-        result = {"checkpoint": checkpoint.id, "state": checkpoint.state, "empty": checkpoint.is_empty}
-    elif args.task == "increment":
-        result = {"attempt": run_increment(ledger, args.checkpoint_id, spark_submit(args.pipeline))}
-    else:
-        result = {"outcome": commit_checkpoint(ledger, args.checkpoint_id, args.try_number).value}
-    print(json.dumps(result), flush=True)
-    return 0
+            begun = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end)
+        return {"checkpoint": begun.checkpoint.id, "state": begun.checkpoint.state.value,
+                "empty": after_begin(begun) is TaskOutcome.SKIP}
+    if args.task == "increment":
+        return {"attempt": run_increment(ledger, args.checkpoint_id, spark_submit(args.pipeline))}
+    return {"outcome": commit_checkpoint(ledger, args.checkpoint_id, args.try_number).value}
 
 
 if __name__ == "__main__":

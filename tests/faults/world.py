@@ -19,16 +19,17 @@ from pathlib import Path
 
 import psycopg2
 
-from demo.orders import config as demo_config
-from demo.prepare import create_tables
-from demo.produce import produce
+from exactly_once_demo.pipeline import config as demo_config
+from exactly_once_demo.prepare import create_tables
+from exactly_once_demo.produce import produce
 from exactly_once.config import PipelineConfig
 from exactly_once.faults import ENV as FAULTS
 from exactly_once.invariants import violations
 from exactly_once.migrate import migrate
+from exactly_once.outcomes import TaskOutcome
 from exactly_once.protocol import Ledger
-from stack.settings import LOCAL, ROOT, process_environment
-from tests.demo_oracle import Comparison, committed_orders, compare, oracle, rows
+from exactly_once_stack.settings import LOCAL, ROOT, process_environment
+from exactly_once_demo.oracle import Comparison, committed_orders, compare, oracle, rows
 
 ARTIFACTS = LOCAL / "artifacts" / "faults"
 TASK_TIMEOUT = 600
@@ -47,6 +48,18 @@ class Try:
     @property
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    @property
+    def outcome(self) -> TaskOutcome:
+        """What the DAG does after this try; a process killed before it said so: retry."""
+        if self.returncode == 0:
+            return TaskOutcome.DONE
+        lines = self.output.strip().splitlines()
+        try:
+            said = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            said = {}
+        return TaskOutcome(said.get("outcome", "retry")) if isinstance(said, dict) else TaskOutcome.RETRY
 
 
 @dataclass
@@ -114,7 +127,8 @@ class World:
             when: dict[tuple[str, int], tuple[str, Callable[[Run], None]]] | None = None,
             retries: dict[str, int] | None = None, run_id: str | None = None,
             interval_end: datetime | None = None) -> Run:
-        """A pipeline run: begin, then increment and commit with retries, as the DAG does.
+        """A pipeline run: begin, then increment and commit with retries, as the DAG does
+        (a try whose outcome is FAIL is not retried).
         `faults[(task, try)]` is EXACTLY_ONCE_FAULTS for that try (try ALL_TRIES: every try);
         `when[(task, try)] = (fault point, action)`: the action runs once the try reaches the point."""
         faults, when = faults or {}, when or {}
@@ -129,10 +143,10 @@ class World:
                 args = arguments or ["--checkpoint-id", str(run.checkpoint), "--try", str(number)]
                 tried = self.task(task, args, run, number, fault, when.get((task, number)))
                 run.tries.append(tried)
-                if tried.returncode == 0:
+                if tried.returncode == 0 or tried.outcome is TaskOutcome.FAIL:
                     break
                 time.sleep(RETRY_DELAY)
-            else:
+            if tried.returncode != 0:
                 run.state = "failed"
                 return run
             if task == "begin":

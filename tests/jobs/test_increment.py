@@ -15,7 +15,9 @@ import pytest
 from exactly_once.db import jdbc_options
 from exactly_once.faults import ENV as FAULTS, InjectedFault
 from exactly_once.increment import BadRecords, run_attempt
-from exactly_once.protocol import CommitOutcome, Fenced
+from exactly_once.checkpoints import Outcome
+from exactly_once.errors import Fenced
+from exactly_once.tables import qualified, staging_table
 from tests.plugins.harness import Pipeline, Record, expected_tables, workload
 
 JOB = Path(__file__).resolve().parents[2] / "jobs" / "increment.py"
@@ -38,12 +40,11 @@ def attempt(spark, pipeline: Pipeline, checkpoint_id: int, token: int):
 
 def staged(pipeline: Pipeline, checkpoint_id: int) -> dict[str, set]:
     """Every staging row of the checkpoint, per sink, with the attempt that wrote it."""
-    name = pipeline.config.name
     with closing(psycopg2.connect(pipeline.db_url)) as conn, conn.cursor() as cur:
         out = {}
         for sink, columns in STAGED.items():
-            cur.execute(f"SELECT {columns}, attempt FROM exactly_once.stg_{name}_{sink} WHERE checkpoint_id = %s",
-                        (checkpoint_id,))
+            table = qualified(staging_table(pipeline.config, sink))
+            cur.execute(f"SELECT {columns}, attempt FROM {table} WHERE checkpoint_id = %s", (checkpoint_id,))
             out[sink] = set(cur.fetchall())
         cur.execute('SELECT topic, partition, "offset", key, value, reason, attempt FROM '
                     "exactly_once.staging_dead_letters WHERE checkpoint_id = %s", (checkpoint_id,))
@@ -79,7 +80,7 @@ def test_staging_equals_the_oracle_for_every_sink_mode_and_names_each_bad_record
     assert report.records == len(records) == 16
     assert committable.staged["events"].rows == 14
 
-    assert pipeline.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+    assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
     pipeline.assert_exact()
 
 
@@ -158,5 +159,5 @@ def test_spark_submit_pre_commits_an_attempt_and_a_fenced_one_exits_3(pipeline):
     done = spark_submit(pipeline, checkpoint.id, token)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "pre-committed: 16 records read" in done.stdout
-    assert pipeline.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+    assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
     pipeline.assert_exact()

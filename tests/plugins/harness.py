@@ -4,7 +4,9 @@ tables must hold.
 
 `Driver` plays the Spark job's part (reading the frozen ranges read_committed
 and writing staging rows) with a plain consumer and psycopg2, so the protocol
-is tested on its own; jobs/ has its own tests against the same oracle.
+is tested on its own; a run goes through the pipeline's own run path
+(`exactly_once.tasks`) with the driver as the job. jobs/ has its own tests
+against the same oracle.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from confluent_kafka import Consumer, TopicPartition
 from psycopg2.extras import execute_values
 
 from exactly_once.config import PipelineConfig, load_config
+from exactly_once import tasks
+from exactly_once.checkpoints import Committable, Outcome
 from exactly_once.kafka_offsets import KafkaOffsets
-from exactly_once.merge import DEAD_LETTERS
+from exactly_once.outcomes import TaskOutcome, after_begin
 from exactly_once.planning import OffsetRange
-from exactly_once.protocol import CommitOutcome, Committable, Ledger
+from exactly_once.protocol import Ledger
+from exactly_once.tables import DEAD_LETTERS, staging_table
 from tests.kafka_records import Produced, produce_transactions
 
 FINAL_TABLES = """
@@ -128,6 +133,13 @@ class Driver:
     def __init__(self, ledger: Ledger, servers: str, db_url: str):
         self.ledger, self.servers, self.db_url = ledger, servers, db_url
 
+    def execute(self, arguments: list[str]) -> None:
+        """Runs as the job does, from the job's command-line arguments (tasks.job_arguments)."""
+        given = dict(zip(arguments[::2], arguments[1::2]))
+        checkpoint_id, attempt = int(given["--checkpoint-id"]), int(given["--attempt"])
+        rows = self.write_staging(checkpoint_id, attempt, self.read(self.ledger.current(checkpoint_id, attempt).ranges))
+        self.ledger.pre_commit(checkpoint_id, attempt, rows, records=sum(rows.values()))
+
     def run(self, checkpoint_id: int) -> Committable:
         checkpoint = self.ledger.start_attempt(checkpoint_id)
         rows = self.write_staging(checkpoint_id, checkpoint.attempt, self.read(checkpoint.ranges))
@@ -162,10 +174,11 @@ class Driver:
             "latest": ("k, n, kafka_partition, kafka_offset", expected["latest"]),
             "totals": ("k, records, total, smallest, largest", expected["totals"]),
         }
+        config = self.ledger.config
         with closing(psycopg2.connect(self.db_url)) as conn, conn, conn.cursor() as cur:
             for sink, (columns, rows) in tables.items():
-                execute_values(cur, f"INSERT INTO exactly_once.stg_{name}_{sink} ({columns}, checkpoint_id, attempt) "
-                                    "VALUES %s", [(*row, *tag) for row in rows])
+                execute_values(cur, f"INSERT INTO {staging_table(config, sink).as_string(cur)} ({columns}, "
+                                    "checkpoint_id, attempt) VALUES %s", [(*row, *tag) for row in rows])
             execute_values(cur, 'INSERT INTO exactly_once.staging_dead_letters (topic, partition, "offset", value, '
                                 "reason, pipeline, checkpoint_id, attempt) VALUES %s",
                            [(*row, "not an order", name, *tag) for row in expected["dead_letters"]])
@@ -211,12 +224,14 @@ class Pipeline:
             return self.ledger.begin(dag_run_id or f"run{self._runs}", None, interval_end, kafka)
 
     def run_once(self) -> int:
-        """A DAG run that goes well: begin, one attempt, commit."""
-        checkpoint = self.begin().checkpoint
-        if not checkpoint.is_empty:
-            self.driver.run(checkpoint.id)
-            assert self.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
-        return checkpoint.id
+        """A DAG run that goes well, through the run path: begin, one attempt, commit."""
+        self._runs += 1
+        with KafkaOffsets(self.servers) as kafka:
+            begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self._runs}", None, None)
+        if after_begin(begun) is TaskOutcome.DONE:
+            tasks.run_increment(self.ledger, begun.checkpoint.id, self.driver.execute)
+            assert tasks.commit_checkpoint(self.ledger, begun.checkpoint.id, 1) is Outcome.COMMITTED
+        return begun.checkpoint.id
 
     def expected(self) -> dict[str, set]:
         return expected_tables(committed_records(self.produced, self.topic))

@@ -27,7 +27,7 @@ def test_a_valid_config_loads_with_defaults():
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"name": "Orders!"}, "name: String should match pattern"),
-    ({"sinks": [{"name": "x", "table": "demo.x", "mode": "merge"}]}, "sinks.0.mode: Input should be 'append', 'upsert' or 'aggregate' (got 'merge')"),
+    ({"sinks": [{"name": "x", "table": "demo.x", "mode": "merge"}]}, "sinks.0.mode: unknown sink mode 'merge': the sink modes are aggregate, append, upsert (got 'merge')"),
     ({"sinks": [{"name": "x", "table": "demo.x", "mode": "upsert"}]}, "sinks.0: upsert sinks need keys"),
     ({"sinks": [{"name": "x", "table": "demo.x", "mode": "append", "keys": ["a"]}]}, "append sinks are keyed by"),
     ({"sinks": [{"name": "x", "table": "demo.x", "mode": "aggregate", "keys": ["a"]}]}, "aggregate sinks need measures"),
@@ -48,3 +48,15 @@ def test_invalid_values_name_the_field_and_the_value(changes, message):
         load_config(with_changes(**changes))
     assert message in str(error.value)
     assert str(error.value).startswith("pipeline config ")
+
+
+def test_a_value_type_that_is_not_exactly_one_spark_type_is_refused():
+    source = {"topics": ["t"], "value_schema": {"sku": "string", "qty": "int, x string"}}
+    with pytest.raises(ConfigError) as error:
+        load_config(with_changes(source=source))
+    assert "source.value_schema.qty: " in str(error.value)
+    assert "(got 'int, x string')" in str(error.value)
+    assert "expected the end of the type, found ',' at position 3" in str(error.value)
+    # a valid type is kept as written
+    source["value_schema"]["qty"] = "DECIMAL(12, 2)"
+    assert load_config(with_changes(source=source)).source.value_schema["qty"] == "DECIMAL(12, 2)"

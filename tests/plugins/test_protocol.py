@@ -17,8 +17,11 @@ from confluent_kafka.admin import AdminClient
 from exactly_once.invariants import violations
 from exactly_once.migrate import migrate
 from exactly_once.planning import DataLossError
-from exactly_once.protocol import (CommitOutcome, Fenced, Ledger, NotPreCommitted, NotRunnable, SinkTableError,
-                                   StagedDataChanged)
+from exactly_once.checkpoints import Outcome, State
+from exactly_once.errors import Fenced, NotPreCommitted, NotRunnable, StagedDataChanged
+from exactly_once.protocol import Ledger
+from exactly_once.registration import SinkTableError
+from exactly_once.tables import qualified, staging_table
 from tests.kafka_records import produce_transactions
 from tests.plugins.harness import Pipeline, committed_ranges, order, workload
 
@@ -169,7 +172,7 @@ def test_promise_4_commit_twice_is_already_committed_and_changes_nothing(pipelin
     pipeline.produce(workload(0))
     checkpoint_id = pipeline.run_once()
     before = pipeline.actual(), committed_ranges(pipeline.db_url, pipeline.config.name)
-    assert pipeline.ledger.commit(checkpoint_id) is CommitOutcome.ALREADY_COMMITTED
+    assert pipeline.ledger.commit(checkpoint_id) is Outcome.ALREADY_COMMITTED
     assert (pipeline.actual(), committed_ranges(pipeline.db_url, pipeline.config.name)) == before
     pipeline.assert_exact()
 
@@ -187,7 +190,7 @@ def test_promise_5_a_zombie_attempt_can_change_nothing(pipeline):
     pipeline.driver.write_staging(checkpoint.id, zombie.attempt, records)
     with pytest.raises(Fenced, match=f"attempt {zombie.attempt} of checkpoint {checkpoint.id} is fenced"):
         pipeline.ledger.pre_commit(checkpoint.id, zombie.attempt, zombie_rows, records=len(records))
-    assert pipeline.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+    assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
     pipeline.assert_exact()
     with pytest.raises(NotRunnable, match="already committed"):
         pipeline.ledger.start_attempt(checkpoint.id)
@@ -206,7 +209,8 @@ def test_promise_6_a_pre_committed_checkpoint_is_never_aborted_and_the_next_run_
     checkpoint = pipeline.begin().checkpoint
     pipeline.driver.run(checkpoint.id)
     # The commit task never ran (its retries ran out); an operator tries to abort.
-    assert pipeline.ledger.abort(checkpoint.id, "operator") == "precommitted"
+    assert pipeline.ledger.abort(checkpoint.id, "operator") is Outcome.UNCHANGED
+    assert state(pipeline, checkpoint.id) == "precommitted"
     with pytest.raises(NotRunnable, match="pre-committed"):
         pipeline.ledger.start_attempt(checkpoint.id)
 
@@ -229,7 +233,7 @@ def test_promise_7_a_retried_or_replayed_checkpoint_reads_exactly_the_same_recor
 
     first = pipeline.ledger.start_attempt(begun.checkpoint.id)
     read_first = pipeline.driver.read(first.ranges)
-    assert pipeline.ledger.abort_attempt(begun.checkpoint.id, first.attempt, "executor lost")
+    assert pipeline.ledger.abort_attempt(begun.checkpoint.id, first.attempt, "executor lost") is Outcome.ABORTED
     assert state(pipeline, begun.checkpoint.id) == "planned"
     second = pipeline.ledger.start_attempt(begun.checkpoint.id)
     assert pipeline.driver.read(second.ranges) == read_first
@@ -297,7 +301,7 @@ def test_checkpoints_committed_in_reverse_order_give_the_same_tables(ledger_db, 
     for checkpoint_id in checkpoints[in_order]:
         in_order.ledger.commit(checkpoint_id)
     for checkpoint_id in reversed(checkpoints[reverse]):
-        assert reverse.ledger.commit(checkpoint_id) is CommitOutcome.COMMITTED
+        assert reverse.ledger.commit(checkpoint_id) is Outcome.COMMITTED
     assert reverse.actual() == in_order.actual()
     reverse.assert_exact()
     assert_contiguous_from_start(reverse)
@@ -324,7 +328,7 @@ def test_commit_connection_killed_before_commit_shows_nothing_and_a_retry_commit
     assert state(pipeline, checkpoint.id) == "precommitted"
 
     # The fault fired once: the retry runs on a healthy connection.
-    assert pipeline.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+    assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
     pipeline.assert_exact()
 
 
@@ -332,9 +336,8 @@ def test_staging_rows_deleted_after_pre_commit_are_refused_and_the_checkpoint_ru
     pipeline.produce(workload(0))
     checkpoint = pipeline.begin().checkpoint
     committable = pipeline.driver.run(checkpoint.id)
-    query(pipeline.db_url, f"DELETE FROM exactly_once.stg_{pipeline.config.name}_events "
-                           "WHERE ctid IN (SELECT ctid FROM exactly_once.stg_{0}_events LIMIT 2)"
-          .format(pipeline.config.name))
+    events = qualified(staging_table(pipeline.config, "events"))
+    query(pipeline.db_url, f"DELETE FROM {events} WHERE ctid IN (SELECT ctid FROM {events} LIMIT 2)")
     with pytest.raises(StagedDataChanged, match=rf"checkpoint {checkpoint.id} not committed: staged rows changed"):
         pipeline.ledger.commit(checkpoint.id)
     after = pipeline.ledger.checkpoint(checkpoint.id)
@@ -345,7 +348,7 @@ def test_staging_rows_deleted_after_pre_commit_are_refused_and_the_checkpoint_ru
 
     again = pipeline.driver.run(checkpoint.id)
     assert again.attempt == committable.attempt + 1 and again.ranges == committable.ranges
-    assert pipeline.ledger.commit(checkpoint.id) is CommitOutcome.COMMITTED
+    assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
     pipeline.assert_exact()
 
 
@@ -397,7 +400,7 @@ def test_migrations_apply_once(ledger_db):
     with closing(psycopg2.connect(ledger_db)) as conn:
         assert migrate(conn) == []
     assert query(ledger_db, "SELECT version FROM exactly_once.schema_migrations ORDER BY version") == [
-        ("0001_ledger",), ("0002_config_keeps_field_order",)]
+        ("0001_ledger",), ("0002_config_keeps_field_order",), ("0003_attempt_failures",)]
 
 
 def test_the_spark_job_reads_the_configuration_back_as_registered_field_order_included(ledger_db, kafka_servers,

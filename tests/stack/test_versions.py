@@ -9,12 +9,12 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from stack.settings import ROOT
+from exactly_once_stack.settings import ROOT
 
 
 def test_python_and_jvm_sides_of_spark_agree(spark):
     assert spark.version == pyspark.__version__
-    pom = (ROOT / "stack" / "poms" / "spark.xml").read_text()
+    pom = (ROOT / "exactly_once_stack" / "poms" / "spark.xml").read_text()
     assert re.search(r"<spark.version>([^<]+)<", pom).group(1) == pyspark.__version__
     kafka_jar = sorted(Path(ROOT / ".local" / "jars" / "spark").glob("spark-sql-kafka-0-10_2.13-*.jar"))
     assert [j.name for j in kafka_jar] == [f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar"]
@@ -27,7 +27,7 @@ def test_pyspark_client_is_not_installed_over_pyspark():
 
 
 def test_versions_command_reports_every_component(stack_env):
-    out = subprocess.run([sys.executable, "-m", "stack", "versions"], env=stack_env, cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "exactly_once_stack", "versions"], env=stack_env, cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     report = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines())
     assert report["kafka broker"].startswith("4.")

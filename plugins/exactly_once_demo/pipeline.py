@@ -1,12 +1,12 @@
-"""The demo pipeline `orders_exactly_once`: configuration and transform."""
+"""The demo pipeline `orders`: its configuration and its transform. The DAG that runs it
+is `orders_exactly_once` (dag.py); its tables are in tables.sql."""
 
 from __future__ import annotations
 
 from exactly_once.config import PipelineConfig, load_config
 
 TOPIC = "orders"
-PARTITIONS = 3
-
+PARTITIONS = 3  # when produce.py creates the topic; readers ask the broker
 
 
 def config(name: str = "orders", topic: str = TOPIC, schema: str = "demo", **options) -> PipelineConfig:
@@ -15,7 +15,7 @@ def config(name: str = "orders", topic: str = TOPIC, schema: str = "demo", **opt
         "name": name,
         "source": {"topics": [topic], "value_schema": {
             "order_id": "string", "sku": "string", "qty": "int", "price": "decimal(12,2)", "ts": "timestamp"}},
-        "transform": "demo.orders:prepare",
+        "transform": "exactly_once_demo.pipeline:prepare",
         "sinks": [
             {"name": "orders", "table": f"{schema}.orders", "mode": "append"},
             {"name": "sku_minute_totals", "table": f"{schema}.sku_minute_totals", "mode": "aggregate",

@@ -81,7 +81,7 @@ def java_home() -> str:
         return os.environ["JAVA_HOME"]
     java = shutil.which("java")
     if java is None:
-        raise RuntimeError("no `java` on PATH: run stack/setup.sh, which installs a JDK")
+        raise RuntimeError("no `java` on PATH: run exactly_once_stack/setup.sh, which installs a JDK")
     return str(Path(java).resolve().parent.parent)
 
 
@@ -107,7 +107,8 @@ def environment() -> dict[str, str]:
         "SPARK_CONF_DIR": str(SPARK_CONF_DIR),
         "SPARK_LOCAL_IP": LOOPBACK,
         "PYSPARK_PYTHON": str(VENV / "bin" / "python"),
-        # The library and the demo for `python -m exactly_once.status`, `python -m demo.produce`, Spark's workers.
+        # The library and the demo for `python -m exactly_once.status`,
+        # `python -m exactly_once_demo.produce`, Spark's workers.
         "PYTHONPATH": str(ROOT / "plugins"),
         "AIRFLOW_HOME": str(AIRFLOW_HOME),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
@@ -134,7 +135,7 @@ def process_environment() -> dict[str, str]:
 
 
 def write_env_sh() -> Path:
-    lines = ["# Written by `python -m stack up`; source it from the project root.",
+    lines = ["# Written by `python -m exactly_once_stack up`; source it from the project root.",
              f"export PATH={shlex.quote(str(VENV / 'bin'))}:\"$PATH\""]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in environment().items()]
     ENV_SH.write_text("\n".join(lines) + "\n")

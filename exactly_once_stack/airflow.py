@@ -7,8 +7,8 @@ import json
 import subprocess
 import urllib.request
 
-from stack import process
-from stack.settings import AIRFLOW_HOME, LOCAL, ROOT, passwords, process_environment
+from exactly_once_stack import process
+from exactly_once_stack.settings import AIRFLOW_HOME, LOCAL, ROOT, passwords, process_environment
 
 STAMP = LOCAL / "stamps" / "airflow-db"
 

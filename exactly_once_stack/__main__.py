@@ -1,14 +1,15 @@
-"""python -m stack {up|down|status|versions|running}  (running: exit status 0 when PostgreSQL and Kafka run)"""
+"""python -m exactly_once_stack {up|down|status|versions|running}
+(running: exit status 0 when PostgreSQL and Kafka run)"""
 
 from __future__ import annotations
 
 import argparse
 
-from stack import lifecycle
+from exactly_once_stack import lifecycle
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m exactly_once_stack", description=__doc__)
     parser.add_argument("command", choices=["up", "down", "status", "versions", "running"])
     command = parser.parse_args().command
     if command == "running":

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh machine, from the project's
 # own files only: Debian packages (PostgreSQL server, JDK, Maven), the Python
-# environment from requirements.lock, and the Kafka broker and Spark connector
-# jars from Maven Central. Idempotent: each step is skipped while the stamp of
-# its inputs is unchanged, so a warm run takes about a second.
+# environment from requirements-test.lock (the runtime lock plus the test
+# packages), and the Kafka broker and Spark connector jars from Maven Central.
+# Idempotent: each step is skipped while the stamp of its inputs is unchanged, so
+# a warm run takes about a second.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOCAL="$ROOT/.local"
@@ -38,24 +39,25 @@ apt_install() {
 }
 
 python_env() {
-  up_to_date venv "$ROOT/requirements.lock" "$0" && [[ -x "$ROOT/.venv/bin/python" ]] && return
+  up_to_date venv "$ROOT/requirements-test.lock" "$0" && [[ -x "$ROOT/.venv/bin/python" ]] && return
   if [[ ! -x "$LOCAL/tools/bin/uv" ]]; then
     log "installing uv $UV_VERSION into .local/tools"
     python3.11 -m venv "$LOCAL/tools"
     "$LOCAL/tools/bin/pip" install -q "uv==$UV_VERSION"
   fi
-  log "syncing .venv from requirements.lock"
+  log "syncing .venv from requirements-test.lock"
   [[ -x "$ROOT/.venv/bin/python" ]] || "$LOCAL/tools/bin/uv" venv -q --python python3.11 "$ROOT/.venv"
   # The lock leaves out pyspark-client (pulled by the Spark provider): it
   # installs into the same pyspark/ package as pyspark and could leave the
   # Python side of Spark at another version than its jars.
-  "$LOCAL/tools/bin/uv" pip sync -q --python "$ROOT/.venv/bin/python" "$ROOT/requirements.lock"
-  stamp venv "$ROOT/requirements.lock" "$0"
+  "$LOCAL/tools/bin/uv" pip sync -q --python "$ROOT/.venv/bin/python" "$ROOT/requirements-test.lock"
+  stamp venv "$ROOT/requirements-test.lock" "$0"
 }
 
-# maven_jars NAME: copies the runtime classpath of stack/poms/NAME.xml into .local/jars/NAME.
+# maven_jars NAME: copies the runtime classpath of poms/NAME.xml (beside this script)
+# into .local/jars/NAME.
 maven_jars() {
-  local name=$1 pom="$ROOT/stack/poms/$1.xml" out="$LOCAL/jars/$1"
+  local name=$1 pom="$ROOT/exactly_once_stack/poms/$1.xml" out="$LOCAL/jars/$1"
   up_to_date "jars-$name" "$pom" && [[ -d "$out" ]] && return
   log "fetching $name jars from Maven Central"
   rm -rf "$out"

@@ -2,7 +2,10 @@
 Spark reading a bounded range with read_committed through the spark_default
 connection, and PostgreSQL holding the result.
 
-produce (1 aborted and 1 committed transaction) -> count in Spark -> verify.
+produce (1 aborted and 1 committed transaction) -> count in Spark (job.py) -> verify.
+
+A check of the local services, not a product DAG: it lives outside dags/, and Airflow
+reads it with this folder as its DAGs folder (tests/stack/test_airflow.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from airflow.sdk import dag, task
 
 TOPIC = "stack_smoke"
 COMMITTED = 5
-JOB = str(Path(__file__).resolve().parent.parent / "jobs" / "stack_smoke.py")
+JOB = str(Path(__file__).resolve().with_name("job.py"))
 
 
 @dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,

@@ -1,8 +1,13 @@
-"""The demo behind `./dev demo`: on the running local stack, produce orders and run one
+"""The demo behind `./dev demo`: on running services, produce orders and run one
 checkpoint of `orders_exactly_once` per batch through Airflow (`airflow dags test`,
 each interval ending after its batch), then print the tables' row counts, the
 checkpoint history and the lag per partition. Each call adds new orders and new
 checkpoints, so it can run any number of times.
+
+    python -m exactly_once_demo.run [--runs N] [--orders N] [--logs DIR]
+
+Reads KAFKA_BOOTSTRAP_SERVERS, PIPELINE_DB_URL and Airflow's settings from the
+environment (`./dev demo` sources .local/env.sh first).
 """
 
 from __future__ import annotations
@@ -13,29 +18,27 @@ import subprocess
 import time
 from contextlib import closing
 from datetime import datetime, timezone
+from pathlib import Path
 
 import psycopg2
 from psycopg2 import sql
 
-from demo.orders import CONFIG
-from demo.prepare import create_tables
-from demo.produce import produce
 from exactly_once.kafka_offsets import KafkaOffsets
-from exactly_once.merge import final_table
 from exactly_once.status import read_status, render, table
-from stack.settings import LOCAL, ROOT, process_environment
+from exactly_once.tables import final_table
+from exactly_once_demo.pipeline import CONFIG
+from exactly_once_demo.prepare import create_tables
+from exactly_once_demo.produce import produce
 
-DAG_ID = "orders_exactly_once"
-LOGS = LOCAL / "demo"
+DAG_ID = "orders_exactly_once"  # dag.py
 
 
-def run_checkpoint(number: int, interval_end: datetime, env: dict[str, str]) -> None:
-    log = LOGS / f"run-{interval_end:%Y%m%dT%H%M%S}.log"
-    print(f"checkpoint run {number}: airflow dags test {DAG_ID} {interval_end.isoformat()}  (log: "
-          f"{log.relative_to(ROOT)})", flush=True)
+def run_checkpoint(number: int, interval_end: datetime, logs: Path) -> None:
+    log = logs / f"run-{interval_end:%Y%m%dT%H%M%S}.log"
+    print(f"checkpoint run {number}: airflow dags test {DAG_ID} {interval_end.isoformat()}  (log: {log})", flush=True)
     started = time.monotonic()
     with log.open("w") as out:
-        finished = subprocess.run(["airflow", "dags", "test", DAG_ID, interval_end.isoformat()], env=env, cwd=ROOT,
+        finished = subprocess.run(["airflow", "dags", "test", DAG_ID, interval_end.isoformat()],
                                   stdout=out, stderr=subprocess.STDOUT)
     lines = log.read_text().splitlines()
     if finished.returncode != 0:
@@ -60,18 +63,19 @@ def row_counts(db_url: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m stack.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m exactly_once_demo.run", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="checkpoints to run (default 3)")
     parser.add_argument("--orders", type=int, default=2000, help="orders produced before each run")
+    parser.add_argument("--logs", type=Path, default=Path(".local/demo"),
+                        help="folder for each DAG run's log (default .local/demo)")
     args = parser.parse_args()
-    env = process_environment()
-    os.environ.update(env)
-    LOGS.mkdir(parents=True, exist_ok=True)
+    env = os.environ
+    args.logs.mkdir(parents=True, exist_ok=True)
     with closing(psycopg2.connect(env["PIPELINE_DB_URL"])) as conn:
         create_tables(conn)
     for number in range(1, args.runs + 1):
         produce(env["KAFKA_BOOTSTRAP_SERVERS"], args.orders, seed=time.time_ns())
-        run_checkpoint(number, datetime.now(timezone.utc), env)
+        run_checkpoint(number, datetime.now(timezone.utc), args.logs)
     print("\nrows per table:\n" + row_counts(env["PIPELINE_DB_URL"]) + "\n")
     with closing(psycopg2.connect(env["PIPELINE_DB_URL"])) as conn, \
             KafkaOffsets(env["KAFKA_BOOTSTRAP_SERVERS"]) as kafka:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 import subprocess
 
-from stack.settings import JARS, LOOPBACK, SPARK_CONF_DIR, process_environment
+from exactly_once_stack.settings import JARS, LOOPBACK, SPARK_CONF_DIR, process_environment
 
 
 def write_conf() -> None:
     jars = sorted((JARS / "spark").glob("*.jar"))
     if not jars:
-        raise RuntimeError(f"no Spark connector jars in {JARS / 'spark'}: run stack/setup.sh")
+        raise RuntimeError(f"no Spark connector jars in {JARS / 'spark'}: run exactly_once_stack/setup.sh")
     SPARK_CONF_DIR.mkdir(parents=True, exist_ok=True)
     (SPARK_CONF_DIR / "spark-defaults.conf").write_text(
         f"spark.jars {','.join(str(j) for j in jars)}\n"

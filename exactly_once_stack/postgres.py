@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psycopg2
 
-from stack import process
-from stack.settings import LOCAL, LOOPBACK, passwords, ports
+from exactly_once_stack import process
+from exactly_once_stack.settings import LOCAL, LOOPBACK, passwords, ports
 
 HOME = LOCAL / "postgres"
 DATA = HOME / "data"
@@ -30,7 +30,8 @@ MARKER = "postgres"
 def bin_dir() -> Path:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
     if not found:
-        raise RuntimeError("PostgreSQL server not installed (no /usr/lib/postgresql/*/bin/initdb): run stack/setup.sh")
+        raise RuntimeError("PostgreSQL server not installed (no /usr/lib/postgresql/*/bin/initdb): "
+                           "run exactly_once_stack/setup.sh")
     return Path(found[-1]).parent
 
 

@@ -4,7 +4,7 @@ Kafka stamps transaction markers with the wall clock too, and offsets_for_times
 stops at the first marker past an interval's end, so back-dated records would be
 cut at the first marker.
 
-    python -m demo.produce N
+    python -m exactly_once_demo.produce N
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from functools import lru_cache
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from demo.orders import PARTITIONS, TOPIC
 from exactly_once.kafka_offsets import bootstrap_servers
+from exactly_once_demo.pipeline import PARTITIONS, TOPIC
 
 SKUS = [f"sku-{i:03d}" for i in range(50)]
 TRANSACTION = 500       # records per Kafka transaction

@@ -7,34 +7,57 @@ DAG tests use it on the demo itself; the fault matrix on copies of the demo
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
 import psycopg2
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from psycopg2 import sql
 
-from demo.orders import PARTITIONS, TOPIC
+from exactly_once_demo.pipeline import TOPIC
 
 
-def committed_orders(servers: str, topic: str = TOPIC, start: dict[int, int] | None = None) -> list:
-    """The committed records of the topic (read_committed), from `start` per partition or the beginning."""
+def committed_orders(servers: str, topic: str = TOPIC, start: dict[int, int] | None = None, timeout: float = 60,
+                     clock: Callable[[], float] = time.monotonic) -> list:
+    """The committed records of the topic (read_committed) in every partition the broker
+    lists, from `start` per partition or the beginning, up to each partition's last
+    stable offset when called. Raises TimeoutError, naming each partition's position and
+    end, when they are not all read within `timeout` seconds."""
     consumer = Consumer({"bootstrap.servers": servers, "group.id": "oracle", "isolation.level": "read_committed",
                          "enable.auto.commit": False})
-    start = start or {}
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
-    wanted = {p: end for p, end in ends.items() if end > start.get(p, 0)}
-    consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in wanted])
-    records = []
-    while any(consumer.position([TopicPartition(topic, p)])[0].offset < end for p, end in wanted.items()):
-        msg = consumer.poll(1)
-        if msg is not None and msg.error() is None:
-            records.append(msg)
-    consumer.close()
-    return records
+    try:
+        start = start or {}
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        if metadata.error is not None:
+            raise KafkaException(metadata.error)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in sorted(metadata.partitions)}
+        wanted = {p: end for p, end in ends.items() if end > start.get(p, 0)}
+        consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in wanted])
+        deadline = clock() + timeout
+        records = []
+        while behind := _behind(consumer, topic, wanted, start):
+            if clock() >= deadline:
+                raise TimeoutError(f"{topic}: committed records not all read within {timeout:g} s: " + ", ".join(
+                    f"partition {p} at offset {at} of {end}" for p, (at, end) in sorted(behind.items())))
+            msg = consumer.poll(1)
+            if msg is not None and msg.error() is None:
+                records.append(msg)
+        return records
+    finally:
+        consumer.close()
+
+
+def _behind(consumer: Consumer, topic: str, ends: dict[int, int], start: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """Partition -> (position, end) for the partitions not read up to their end yet."""
+    positions = consumer.position([TopicPartition(topic, p) for p in ends])
+    at = {tp.partition: tp.offset if tp.offset >= 0 else start.get(tp.partition, 0) for tp in positions}
+    return {p: (at[p], end) for p, end in ends.items() if at[p] < end}
 
 
 def oracle(records) -> dict[str, set]:

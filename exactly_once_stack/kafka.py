@@ -14,8 +14,8 @@ import uuid
 
 from confluent_kafka.admin import AdminClient
 
-from stack import process
-from stack.settings import JARS, LOCAL, LOOPBACK, ROOT, java_home, ports
+from exactly_once_stack import process
+from exactly_once_stack.settings import JARS, LOCAL, LOOPBACK, ROOT, java_home, ports
 
 HOME = LOCAL / "kafka"
 DATA = HOME / "data"
@@ -29,7 +29,7 @@ HEAP = "-Xmx768m"
 
 def _classpath() -> str:
     if not (JARS / "kafka").is_dir():
-        raise RuntimeError(f"no Kafka jars in {JARS / 'kafka'}: run stack/setup.sh")
+        raise RuntimeError(f"no Kafka jars in {JARS / 'kafka'}: run exactly_once_stack/setup.sh")
     return str(JARS / "kafka" / "*")
 
 

@@ -1,7 +1,7 @@
 """Smoke job for the local stack: reads a bounded Kafka range with read_committed
 and records how many records it saw in PostgreSQL, through JDBC.
 
-    spark-submit jobs/stack_smoke.py --topic T --ranges '{"0": [0, 10]}' --run-id R
+    spark-submit exactly_once_stack/smoke/job.py --topic T --ranges '{"0": [0, 10]}' --run-id R
 
 The database comes from PIPELINE_DB_URL (a libpq URI), never from code.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))  # the library, beside jobs/
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins"))  # the library, in the project root
 from exactly_once.db import jdbc_options  # noqa: E402
 
 

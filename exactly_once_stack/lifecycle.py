@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from importlib.metadata import version as dist_version
 
-from stack import airflow, kafka, postgres, spark
-from stack.settings import ENV_SH, environment, write_env_sh
+from exactly_once_stack import airflow, kafka, postgres, spark
+from exactly_once_stack.settings import ENV_SH, environment, write_env_sh
 
 
 def up() -> list[str]:
@@ -47,7 +47,7 @@ def status() -> dict[str, str]:
     return {
         "postgres": f"running pid {pg}, {env['PIPELINE_DB_URL'].split('@')[1]}" if pg else "stopped",
         "kafka": f"running pid {broker}, {env['KAFKA_BOOTSTRAP_SERVERS']}" if broker else "stopped",
-        "env": str(ENV_SH) if ENV_SH.exists() else "not written yet (run `python -m stack up`)",
+        "env": str(ENV_SH) if ENV_SH.exists() else "not written yet (run `python -m exactly_once_stack up`)",
     }
 
 

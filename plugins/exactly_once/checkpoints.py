@@ -1,0 +1,114 @@
+"""The values of the protocol: states, checkpoints, what pre-commit hands to commit,
+what recovery did, and the outcome of each step. Plain immutable values, no I/O.
+
+The states' values are the SQL enum's (sql/migrations/0001_ledger.sql), where the
+transitions are drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from exactly_once.planning import OffsetRange
+
+
+class State(str, Enum):
+    """A checkpoint's state (exactly_once.checkpoint_state)."""
+
+    PLANNED = "planned"
+    RUNNING = "running"
+    PRECOMMITTED = "precommitted"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+    @property
+    def open(self) -> bool:
+        """An attempt may still start (planned, running)."""
+        return self in (State.PLANNED, State.RUNNING)
+
+
+class AttemptState(str, Enum):
+    """An attempt's state (exactly_once.attempt_state)."""
+
+    RUNNING = "running"
+    PRECOMMITTED = "precommitted"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class Outcome(Enum):
+    """What a step did when it did not fail. Refusals are `ProtocolError`s."""
+
+    COMMITTED = "committed now"
+    ALREADY_COMMITTED = "already committed"
+    ABORTED = "aborted now"
+    UNCHANGED = "unchanged"    # nothing to do: already ended, or no longer the current attempt
+
+
+@dataclass(frozen=True)
+class Staged:
+    rows: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: int
+    dag_run_id: str
+    state: State
+    attempt: int                       # the current attempt's fencing token; 0 before the first
+    ranges: tuple[OffsetRange, ...]
+    interval_start: datetime | None = None
+    interval_end: datetime | None = None
+    lease_until: datetime | None = None
+    precommitted_attempt: int | None = None
+    staged: Mapping[str, Staged] | None = None   # recorded at pre-commit
+    records: int | None = None                   # Kafka records the pre-committed attempt read
+    reason: str | None = None                    # why it was last aborted or sent back
+
+    @property
+    def is_empty(self) -> bool:
+        return all(r.size == 0 for r in self.ranges)
+
+    def is_current(self, attempt: int) -> bool:
+        """Whether `attempt` may still write and pre-commit (it is not fenced)."""
+        return self.state is State.RUNNING and self.attempt == attempt
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt as the ledger recorded it."""
+
+    checkpoint_id: int
+    attempt: int
+    state: AttemptState
+    reason: str | None
+    retryable: bool | None             # set when the attempt recorded its own failure
+
+
+@dataclass(frozen=True)
+class Committable:
+    """What pre-commit hands to commit (Flink's committable): a value."""
+
+    checkpoint_id: int
+    attempt: int
+    ranges: tuple[OffsetRange, ...]
+    staged: Mapping[str, Staged]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    committed: tuple[int, ...] = ()    # pre-committed checkpoints committed now
+    aborted: tuple[int, ...] = ()      # abandoned checkpoints whose ranges go to the next plan
+    sent_back: tuple[int, ...] = ()    # pre-committed, but their staged rows changed: to run again
+    stale_staging_rows: int = 0        # rows of fenced or crashed attempts, deleted
+
+
+@dataclass(frozen=True)
+class Begun:
+    checkpoint: Checkpoint
+    recovery: Recovery
+    new: bool                          # False: this DAG run had begun it before (a retry reuses the plan)

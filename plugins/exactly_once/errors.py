@@ -1,0 +1,78 @@
+"""What can go wrong, and whether running the same step again may help.
+
+Every error the library raises on purpose is a `PipelineError`; `retryable`
+says whether a retry of the same task can succeed (a lost connection, a killed
+executor) or cannot (a wrong configuration, a missing table, a fenced attempt).
+`exactly_once.outcomes` turns that into what the orchestrator does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from exactly_once.checkpoints import Checkpoint
+
+
+class PipelineError(Exception):
+    """A known failure of a pipeline step."""
+
+    retryable: ClassVar[bool] = True
+
+
+class Permanent(PipelineError):
+    """A failure that no retry of the same step can fix: it needs a person or a later run."""
+
+    retryable: ClassVar[bool] = False
+
+
+class AttemptFailed(PipelineError):
+    """A Spark attempt failed; its own error decided whether a retry may help."""
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable  # type: ignore[misc]  # per instance: the attempt's recorded verdict
+
+
+class ProtocolError(PipelineError):
+    """A known refusal of a protocol step."""
+
+
+class Fenced(ProtocolError):
+    """The attempt is no longer the checkpoint's current one: it may change nothing."""
+
+    retryable = False
+
+
+class NotRunnable(ProtocolError):
+    """The checkpoint's state allows no new attempt (see `.state`)."""
+
+    retryable = False
+
+    def __init__(self, checkpoint: Checkpoint):
+        self.state = checkpoint.state
+        why = {"precommitted": "its attempt is pre-committed and waits for commit",
+               "committed": "it is already committed",
+               "aborted": "it was aborted and its ranges were planned again by a later checkpoint"}
+        super().__init__(f"checkpoint {checkpoint.id} cannot start an attempt: {why[checkpoint.state.value]}")
+
+
+class StagingIncomplete(ProtocolError):
+    """Pre-commit found other row counts in staging than the attempt wrote (a new attempt may succeed)."""
+
+
+class StagedDataChanged(ProtocolError):
+    """Commit found the staged rows changed since pre-commit; the checkpoint must run again."""
+
+    retryable = False
+
+
+class NotPreCommitted(ProtocolError):
+    """Commit was asked for a checkpoint that has nothing pre-committed."""
+
+    retryable = False
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Unknown errors (a crash, a timeout) may pass on a retry; known ones say."""
+    return getattr(error, "retryable", True) if isinstance(error, PipelineError) else True

@@ -1,0 +1,145 @@
+"""The ledger's rows as values, on one transaction of one pipeline: what protocol.py
+reads and writes, mapped to and from `exactly_once.checkpoints`. Statements are in
+sql/ledger.sql; nothing here decides a transition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+
+from psycopg2 import sql
+
+from exactly_once.checkpoints import Attempt, AttemptState, Checkpoint, Staged, State
+from exactly_once.config import PipelineConfig
+from exactly_once.planning import OffsetRange, PartitionPlan
+from exactly_once.sqlfiles import named
+from exactly_once.tables import staging_tables
+
+Q = named("ledger.sql")
+Partition = tuple[str, int]  # (topic, partition)
+
+
+def registered_config(cur, pipeline: str) -> dict:
+    """The pipeline's configuration as last registered."""
+    cur.execute(Q["pipeline_config"], {"pipeline": pipeline})
+    row = cur.fetchone()
+    if row is None:
+        raise LookupError(f"pipeline {pipeline!r} is not registered in the ledger")
+    return row[0]
+
+
+class LedgerRows:
+    def __init__(self, cur, config: PipelineConfig):
+        self.cur, self.config = cur, config
+        self.staging = staging_tables(config)
+
+    def run(self, statement: str, **params) -> None:
+        """A named statement of sql/ledger.sql."""
+        self.cur.execute(Q[statement], params)
+
+    def lock(self) -> None:
+        """Serializes registration, planning and recovery of the pipeline."""
+        self.run("lock_pipeline", pipeline=self.config.name)
+
+    # -- checkpoints and attempts -------------------------------------------------------
+
+    def checkpoint(self, checkpoint_id: int) -> Checkpoint:
+        """The checkpoint, locked for the rest of the transaction."""
+        self.run("checkpoint", checkpoint_id=checkpoint_id, pipeline=self.config.name)
+        row = self.cur.fetchone()
+        if row is None:
+            raise LookupError(f"checkpoint {checkpoint_id} of pipeline {self.config.name!r} does not exist")
+        cp_id, dag_run_id, state, attempt, interval_start, interval_end, lease_until, precommitted_attempt, \
+            staged, records, reason = row
+        self.run("checkpoint_ranges", checkpoint_id=checkpoint_id)
+        ranges = tuple(OffsetRange(*r) for r in self.cur.fetchall())
+        staged = None if staged is None else {name: Staged(**s) for name, s in staged.items()}
+        return Checkpoint(cp_id, dag_run_id, State(state), attempt, ranges, interval_start, interval_end,
+                          lease_until, precommitted_attempt, staged, records, reason)
+
+    def checkpoint_of_run(self, dag_run_id: str) -> int | None:
+        self.run("checkpoint_of_run", pipeline=self.config.name, dag_run_id=dag_run_id)
+        row = self.cur.fetchone()
+        return None if row is None else row[0]
+
+    def attempt(self, checkpoint_id: int, attempt: int) -> Attempt:
+        self.run("attempt", checkpoint_id=checkpoint_id, attempt=attempt)
+        row = self.cur.fetchone()
+        if row is None:
+            raise LookupError(f"checkpoint {checkpoint_id} has no attempt {attempt}")
+        return Attempt(row[0], row[1], AttemptState(row[2]), row[3], row[4])
+
+    def end_attempts(self, checkpoint_id: int, attempt: int | None, from_state: AttemptState, state: AttemptState,
+                     reason: str | None, now: datetime, retryable: bool | None = None) -> None:
+        """Ends the checkpoint's attempts still in `from_state` (one, or all when attempt is None)."""
+        self.run("end_attempts", checkpoint_id=checkpoint_id, attempt=attempt, from_state=from_state.value,
+                 state=state.value, reason=reason, now=now, retryable=retryable)
+
+    def mark_precommitted(self, checkpoint_id: int, attempt: int, staged: Mapping[str, Staged], records: int,
+                          now: datetime) -> None:
+        self.run("mark_precommitted", checkpoint_id=checkpoint_id, attempt=attempt, records=records, now=now,
+                 staged=json.dumps({name: vars(s) for name, s in staged.items()}))
+
+    # -- planning -----------------------------------------------------------------------
+
+    def partitions(self) -> tuple[dict[Partition, tuple[int, int]], dict[Partition, tuple[int, OffsetRange]]]:
+        """(start offset, frontier) per known partition, and the oldest released range per
+        partition with the checkpoint that released it."""
+        self.run("partitions", pipeline=self.config.name)
+        known = {(t, p): (start, frontier) for t, p, start, frontier in self.cur.fetchall()}
+        self.run("released_ranges", pipeline=self.config.name)
+        released = {(t, p): (cp, OffsetRange(t, p, a, b)) for cp, t, p, a, b in self.cur.fetchall()}
+        return known, released
+
+    def insert_checkpoint(self, dag_run_id: str, interval_start: datetime | None, interval_end: datetime | None,
+                          state: State, lease_until: datetime, now: datetime) -> int:
+        self.run("insert_checkpoint", pipeline=self.config.name, dag_run_id=dag_run_id,
+                 interval_start=interval_start, interval_end=interval_end, state=state.value,
+                 lease_until=lease_until, now=now)
+        return self.cur.fetchone()[0]
+
+    def insert_plan(self, checkpoint_id: int, plan: PartitionPlan, released_from: int | None, now: datetime) -> None:
+        """The partition's frozen range, its gap, and either the frontier it advances or the
+        released range it plans again."""
+        r = plan.range
+        where = {"pipeline": self.config.name, "topic": r.topic, "partition": r.partition,
+                 "checkpoint_id": checkpoint_id}
+        self.run("insert_range", **where, from_offset=r.start, to_offset=r.end)
+        if plan.gap is not None:
+            self.run("insert_gap", **where, from_offset=plan.gap.start, to_offset=plan.gap.end, now=now)
+        if plan.replanned:
+            self.run("mark_replanned", **where, released_from=released_from)
+        else:
+            self.run("set_frontier", **where, start_offset=plan.start_offset, frontier=r.end)
+
+    # -- staging ------------------------------------------------------------------------
+
+    def staged(self, checkpoint_id: int, attempt: int) -> dict[str, Staged]:
+        """Row count and checksum of the attempt's rows in every staging table."""
+        found = {}
+        for name, table in self.staging.items():
+            self.cur.execute(sql.SQL(Q["staged_summary"]).format(staging=table),
+                             {"checkpoint_id": checkpoint_id, "attempt": attempt})
+            found[name] = Staged(*self.cur.fetchone())
+        return found
+
+    def delete_staging(self, checkpoint_id: int, attempt: int | None) -> None:
+        """The attempt's staging rows, or every attempt's when attempt is None."""
+        for table in self.staging.values():
+            self.cur.execute(sql.SQL(Q["delete_staging"]).format(staging=table),
+                             {"checkpoint_id": checkpoint_id, "attempt": attempt})
+
+    def delete_stale_staging(self) -> int:
+        deleted = 0
+        for table in self.staging.values():
+            self.cur.execute(sql.SQL(Q["delete_stale_staging"]).format(staging=table),
+                             {"pipeline": self.config.name})
+            deleted += self.cur.rowcount
+        return deleted
+
+    def columns(self, table: sql.Identifier) -> list[str]:
+        """The table's columns in table order; empty if it does not exist."""
+        self.run("table_columns", table=table.as_string(self.cur))
+        return [row[0] for row in self.cur.fetchall()]

@@ -1,0 +1,71 @@
+"""Sink modes: how a sink's rows are staged and promoted. One module per mode, found by
+name (a sink's `mode` is the module's name here), each with a `MODE` object and its
+promote statement in sql/merge/<mode>.sql. A new mode is a new module and SQL file;
+nothing else changes.
+
+Merges must be order-independent (checkpoints commit in any order) and a promoted
+checkpoint must never count twice: each mode's final table is unique on what its
+merge conflicts on, which registration checks against the catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from psycopg2 import sql
+
+from exactly_once.registry import Registry
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from exactly_once.config import Sink
+
+
+class SinkMode(Protocol):
+    """One way of merging a checkpoint's rows into a final table. (Reprocessing will add
+    `replace`: the statement that takes a checkpoint's earlier contribution back.)"""
+
+    def check(self, sink: Sink) -> None:
+        """Raises ValueError if the sink's keys and measures do not fit the mode."""
+
+    def unique_columns(self, sink: Sink) -> frozenset[str]:
+        """What the final table must be unique on for the merge to be order-independent."""
+
+    def required_columns(self, sink: Sink) -> frozenset[str]:
+        """Columns the final table must have."""
+
+    def staging_rows(self, rows: DataFrame, sink: Sink, columns: list[str]) -> DataFrame:
+        """The sink's staging rows from the transformed records (Spark); `columns` are the final table's."""
+
+    def promote(self, sink: Sink, staging: sql.Identifier, columns: Sequence[str]) -> sql.Composed:
+        """INSERT … SELECT of %(checkpoint_id)s/%(attempt)s's staging rows into the final table."""
+
+
+_REGISTRY = Registry(__name__, "MODE", "sink mode")
+
+
+def modes() -> list[str]:
+    return _REGISTRY.names()
+
+
+def mode_of(name: str) -> SinkMode:
+    return _REGISTRY.get(name)
+
+
+
+def require_columns(rows: DataFrame, sink: Sink, columns: Iterable[str]) -> None:
+    missing = sorted(set(columns) - set(rows.columns))
+    if missing:
+        raise ValueError(f"sink {sink.name!r} ({sink.table}) needs columns {missing} that the transformed rows "
+                         f"lack (they have {rows.columns})")
+
+
+def names(columns: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(map(sql.Identifier, columns))
+
+
+def each(template: str, columns: Sequence[str]) -> sql.Composed:
+    """`template` with {c} for each column, comma-separated."""
+    return sql.SQL(", ").join(sql.SQL(template).format(c=sql.Identifier(c)) for c in columns)

