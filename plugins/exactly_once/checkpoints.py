@@ -73,6 +73,13 @@ class Checkpoint:
     def is_empty(self) -> bool:
         return all(r.size == 0 for r in self.ranges)
 
+    @property
+    def committable(self) -> Committable:
+        """What its pre-commit recorded: the one attempt commit may promote."""
+        if self.state is not State.PRECOMMITTED:
+            raise ValueError(f"checkpoint {self.id} is {self.state.value}: nothing is pre-committed")
+        return Committable(self.id, self.precommitted_attempt, self.ranges, self.staged)
+
     def is_current(self, attempt: int) -> bool:
         """Whether `attempt` may still write and pre-commit (it is not fenced)."""
         return self.state is State.RUNNING and self.attempt == attempt

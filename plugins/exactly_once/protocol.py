@@ -155,28 +155,35 @@ class Ledger:
             if checkpoint.state is not State.PRECOMMITTED:
                 raise NotPreCommitted(f"checkpoint {checkpoint_id} is {checkpoint.state.value}, not pre-committed: "
                                       "its Spark attempt has not finished")
-            attempt, recorded = checkpoint.precommitted_attempt, checkpoint.staged
-            staged = rows.staged(checkpoint_id, attempt)
-            if staged == recorded:
-                now = self._clock()
-                params = {"checkpoint_id": checkpoint_id, "attempt": attempt, "now": now}
-                for sink in self.config.sinks:
-                    columns = rows.columns(final_table(sink))
-                    rows.cur.execute(sink.merge.promote(sink, rows.staging[sink.name], columns), params)
-                rows.cur.execute(text("merge/dead_letters.sql"), params)
-                rows.run("promote_ranges", **params)
-                rows.run("mark_committed", **params)
-                rows.end_attempts(checkpoint_id, attempt, AttemptState.PRECOMMITTED, AttemptState.COMMITTED, None,
-                                  now)
-                rows.delete_staging(checkpoint_id, attempt=None)
-                self._fault("commit.before_commit")
+            committable = checkpoint.committable
+            staged = rows.staged(checkpoint_id, committable.attempt)
+            if staged == committable.staged:
+                self._promote(rows, committable)
                 return Outcome.COMMITTED
-        changes = {name: (recorded.get(name), staged.get(name)) for name in set(recorded) | set(staged)
-                   if recorded.get(name) != staged.get(name)}
-        reason = f"staged rows changed after pre-commit of attempt {attempt} ((pre-committed, found): {changes})"
-        self._send_back(checkpoint_id, attempt, reason)
+        changes = {name: (committable.staged.get(name), staged.get(name))
+                   for name in set(committable.staged) | set(staged)
+                   if committable.staged.get(name) != staged.get(name)}
+        reason = (f"staged rows changed after pre-commit of attempt {committable.attempt} "
+                  f"((pre-committed, found): {changes})")
+        self._send_back(checkpoint_id, committable.attempt, reason)
         raise StagedDataChanged(f"checkpoint {checkpoint_id} not committed: {reason}; it is planned again "
                                 "and will be run again from its frozen ranges")
+
+    def _promote(self, rows: LedgerRows, committable: Committable) -> None:
+        """Every sink's staged rows of the pre-committed attempt, the dead letters and the
+        ranges, in the caller's transaction; the checkpoint is committed with them."""
+        now = self._clock()
+        params = {"checkpoint_id": committable.checkpoint_id, "attempt": committable.attempt, "now": now}
+        for sink in self.config.sinks:
+            columns = rows.columns(final_table(sink))
+            rows.cur.execute(sink.merge.promote(sink, rows.staging[sink.name], columns), params)
+        rows.cur.execute(text("merge/dead_letters.sql"), params)
+        rows.run("promote_ranges", **params)
+        rows.run("mark_committed", **params)
+        rows.end_attempts(committable.checkpoint_id, committable.attempt, AttemptState.PRECOMMITTED,
+                          AttemptState.COMMITTED, None, now)
+        rows.delete_staging(committable.checkpoint_id, attempt=None)
+        self._fault("commit.before_commit")
 
     # -- abort and recovery -------------------------------------------------------------
 

@@ -7,12 +7,13 @@ Accepted, case-insensitive, with any whitespace between tokens:
 - boolean, tinyint/byte, smallint/short, int/integer, bigint/long, float/real, double,
   date, timestamp, timestamp_ntz, timestamp_ltz, string, binary
 - decimal/dec/numeric, optionally (p) or (p, s) with 1 <= p <= 38 and 0 <= s <= p
-- char(n), varchar(n) with n >= 1
 - array<T>, map<K, V>, struct<name: T, ...> (the colon optional, at least one field,
   names unique, `back-quoted` names allowed)
 
 A subset of what Spark's parser takes: intervals, variant, void, collations and struct
-fields' NOT NULL/COMMENT are refused.
+fields' NOT NULL/COMMENT are refused, and so are char(n)/varchar(n): Spark parses them but
+its readers refuse them (UNSUPPORTED_CHAR_OR_VARCHAR_AS_STRING), so a job would fail on
+them after the configuration loaded.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import re
 from dataclasses import dataclass
 
 MAX_DECIMAL_PRECISION = 38
-MAX_LENGTH = 2**31 - 1
 
 # Spark's names (and synonyms) of the simple types -> the canonical name.
 SIMPLE = {
@@ -39,7 +39,7 @@ SIMPLE = {
     "binary": "binary",
 }
 DECIMAL = ("decimal", "dec", "numeric")
-LENGTHED = ("char", "varchar")
+LENGTHED = ("char", "varchar")  # parsed by Spark, refused by its readers
 NESTED = ("array", "map", "struct")
 
 _TOKEN = re.compile(r"""
@@ -55,7 +55,7 @@ _TOKEN = re.compile(r"""
 class SparkType:
     """A parsed data type; `str()` is its canonical DDL."""
     name: str                                           # canonical: 'int', 'decimal', 'array', ...
-    parameters: tuple[int, ...] = ()                    # decimal: (precision, scale); char/varchar: (length,)
+    parameters: tuple[int, ...] = ()                    # decimal: (precision, scale)
     elements: tuple[SparkType, ...] = ()                # array: (element,); map: (key, value)
     fields: tuple[tuple[str, SparkType], ...] = ()      # struct
 
@@ -165,10 +165,7 @@ class _Parser:
         if word in DECIMAL:
             return self.decimal()
         if word in LENGTHED:
-            self.expect("(", f"after {word} (its length)")
-            length = self.number(f"{word} length", 1, MAX_LENGTH)
-            self.expect(")", f"after the {word} length")
-            return SparkType(word, (length,))
+            raise self.error(token.position, f"{word} cannot be read by Spark's JSON reader; use string")
         if word in NESTED:
             self.expect("<", f"after {word}")
             nested = getattr(self, word)()

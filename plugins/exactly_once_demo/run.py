@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import time
 from contextlib import closing
@@ -46,8 +47,8 @@ def run_checkpoint(number: int, interval_end: datetime, logs: Path) -> None:
         raise SystemExit(f"the DAG run ending {interval_end.isoformat()} failed; full log in {log}")
     said = [line for line in lines if "checkpoint " in line and ("nothing to read" in line or ": committed" in line
                                                                  or "(new)" in line)]
-    for line in said:  # what begin_checkpoint and commit printed, without the log prefix
-        print("    " + line[line.index("checkpoint "):].split("  ")[0])
+    for line in said:  # what begin_checkpoint and commit printed, without the log's prefix and suffix
+        print("    " + re.split(r"\s+\[[\w.]+\]\s", line[line.index("checkpoint "):])[0].split("  ")[0])
     print(f"    DAG run succeeded in {time.monotonic() - started:.0f} s", flush=True)
 
 

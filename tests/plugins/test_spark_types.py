@@ -30,8 +30,6 @@ ACCEPTED = {
     "DECIMAL ( 38 , 38 )": "decimal(38,38)",
     "dec(5)": "decimal(5,0)",
     "numeric(1, 0)": "decimal(1,0)",
-    "varchar(10)": "varchar(10)",
-    "char(3)": "char(3)",
     "array<int>": "array<int>",
     "array<array<string>>": "array<array<string>>",
     "Array < Array < Long > >": "array<array<bigint>>",
@@ -64,7 +62,7 @@ REJECTED = {
     "struct<a>": ("expected a data type, found '>'", 8),
     "map<string>": ("expected ',' between the map's key and value types, found '>'", 10),
     "map<string,int,int>": ("expected '>' closing map<, found ','", 14),
-    "varchar": ("expected '(' after varchar (its length), found the end", 7),
+    "varchar": ("varchar cannot be read by Spark's JSON reader; use string", 0),
     "integer(5)": ("expected the end of the type, found '('", 7),
     "text": ("unknown data type 'text'", 0),
     "`int`": ("expected a data type, found '`int`'", 0),
@@ -77,6 +75,8 @@ REJECTED = {
 # or struct field details a JSON schema has no use for).
 STRICTER = {
     "interval day": ("unknown data type 'interval'", 0),
+    "varchar(10)": ("varchar cannot be read by Spark's JSON reader; use string", 0),
+    "char(3)": ("char cannot be read by Spark's JSON reader; use string", 0),
     "void": ("unknown data type 'void'", 0),
     "variant": ("unknown data type 'variant'", 0),
     "struct<>": ("expected a struct field name, found '>'", 7),

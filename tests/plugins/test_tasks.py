@@ -1,0 +1,103 @@
+"""The run path's verdicts (exactly_once.tasks + exactly_once.outcomes), against real
+Kafka, PostgreSQL and, for the job's own failure, Spark: what the DAG does after a
+failed attempt — retry it, or fail without retry — is read from the ledger, whatever
+ran the job."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from exactly_once import tasks
+from exactly_once.checkpoints import AttemptState, State
+from exactly_once.db import jdbc_options
+from exactly_once.errors import AttemptFailed, Fenced, NotPreCommitted, StagedDataChanged
+from exactly_once.increment import execute_attempt
+from exactly_once.outcomes import TaskOutcome, after_error
+from exactly_once.planning import DataLossError
+from exactly_once.registration import SinkTableError
+from tests.plugins.harness import Pipeline, workload
+
+TRANSFORM = "tests.jobs.transforms:measures"
+
+
+@pytest.fixture
+def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
+    return Pipeline(ledger_db, kafka_servers, topic, transform=TRANSFORM)
+
+
+def begun(pipeline: Pipeline) -> int:
+    pipeline.produce(workload(0))
+    return pipeline.begin().checkpoint.id
+
+
+def test_a_fenced_attempt_fails_its_task_without_retry_and_leaves_the_newer_attempt_alone(pipeline):
+    checkpoint_id = begun(pipeline)
+
+    def overtaken(arguments: list[str]) -> None:
+        pipeline.ledger.start_attempt(checkpoint_id)  # a newer try of the task took the checkpoint over
+        raise RuntimeError("spark-submit exited with status 3")
+
+    with pytest.raises(Fenced, match=f"attempt 1 of checkpoint {checkpoint_id} is fenced: attempt 2 owns it") as e:
+        tasks.run_increment(pipeline.ledger, checkpoint_id, overtaken)
+    assert after_error(e.value) is TaskOutcome.FAIL
+    checkpoint = pipeline.ledger.checkpoint(checkpoint_id)
+    assert (checkpoint.state, checkpoint.attempt) == (State.RUNNING, 2)
+    assert pipeline.ledger.attempt(checkpoint_id, 2).state is AttemptState.RUNNING
+
+
+def test_a_lost_job_is_aborted_and_retried_on_the_same_ranges(pipeline):
+    checkpoint_id = begun(pipeline)
+    ranges = pipeline.ledger.checkpoint(checkpoint_id).ranges
+
+    def lost(arguments: list[str]) -> None:
+        raise RuntimeError("executor lost")
+
+    with pytest.raises(AttemptFailed, match="Spark job failed: executor lost") as e:
+        tasks.run_increment(pipeline.ledger, checkpoint_id, lost)
+    assert after_error(e.value) is TaskOutcome.RETRY
+    after = pipeline.ledger.checkpoint(checkpoint_id)
+    assert (after.state, after.ranges) == (State.PLANNED, ranges)
+    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute) == 2
+    pipeline.ledger.commit(checkpoint_id)
+    pipeline.assert_exact()
+
+
+def test_a_job_that_records_a_failure_no_retry_fixes_fails_its_task_without_retry(spark, ledger_db, kafka_servers,
+                                                                                   topic):
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, transform=TRANSFORM, on_bad_record="fail")
+    pipeline.produce([(True, [(2, None, b"{not json")])])
+    checkpoint_id = pipeline.begin().checkpoint.id
+    offset = pipeline.produced[0].offset
+
+    def in_process(arguments: list[str]) -> None:
+        attempt = int(arguments[arguments.index("--attempt") + 1])
+        execute_attempt(spark, pipeline.ledger, checkpoint_id, attempt, kafka_servers, jdbc_options(ledger_db))
+
+    with pytest.raises(AttemptFailed, match=rf"BadRecords: .*{topic}\[2\]@{offset}: value is not valid JSON") as e:
+        tasks.run_increment(pipeline.ledger, checkpoint_id, in_process)
+    assert after_error(e.value) is TaskOutcome.FAIL
+    recorded = pipeline.ledger.attempt(checkpoint_id, 1)
+    assert (recorded.state, recorded.retryable) == (AttemptState.ABORTED, False)
+    assert pipeline.ledger.checkpoint(checkpoint_id).state is State.PLANNED  # its ranges stay frozen
+
+
+@pytest.mark.parametrize("error, outcome", [
+    (DataLossError("t", 0, 5, 9), TaskOutcome.FAIL),
+    (SinkTableError("sink 'x': final table x does not exist"), TaskOutcome.FAIL),
+    (StagedDataChanged("changed"), TaskOutcome.FAIL),
+    (NotPreCommitted("not yet"), TaskOutcome.FAIL),
+    (ConnectionError("database restarting"), TaskOutcome.RETRY),
+])
+def test_known_failures_fail_without_retry_and_unknown_ones_retry(error, outcome):
+    assert after_error(error) is outcome
+
+
+def test_the_airflow_tasks_fail_without_retry_exactly_where_the_outcome_says(stack_env):
+    from exactly_once.airflow_tasks import airflow_outcome
+
+    with pytest.raises(AirflowFailException, match="final table x does not exist"), airflow_outcome():
+        raise SinkTableError("sink 'x': final table x does not exist")
+    with pytest.raises(ConnectionError), airflow_outcome():
+        raise ConnectionError("database restarting")
+
