@@ -21,7 +21,7 @@ from exactly_once_demo.produce import ensure_topic, produce
 from tests.benchmarks import copies
 from tests.benchmarks.copies import Q
 from tests.dags.window import Api, WindowDag, next_boundary, services, wait_until
-from exactly_once_demo.oracle import committed_orders, compare, oracle, rows
+from tests.exactly_once_demo.oracle import compare_with_the_oracle
 
 INTERVAL = timedelta(seconds=5)
 ORDERS_PER_INTERVAL = 1000
@@ -156,8 +156,6 @@ def _backfill(api: Api, start: datetime, last: datetime, at_once: int, db_url: s
 
 
 def _check_oracle(servers: str, db_url: str, pipeline: tuple[str, str, str]) -> None:
-    name, topic, schema = pipeline
-    comparison = compare(oracle(committed_orders(servers, topic)), rows(db_url, schema, name))
+    comparison, _ = compare_with_the_oracle(db_url, servers, demo_config(*pipeline))
     if not comparison.exact:
-        raise AssertionError(f"{name}: tables differ from the oracle: lost {dict(comparison.lost)}, duplicated "
-                             f"{dict(comparison.duplicated)}, wrong {dict(comparison.wrong)}: {comparison.examples}")
+        raise AssertionError(f"{pipeline[0]}: tables differ from the oracle: {comparison}")

@@ -11,11 +11,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from exactly_once_demo.oracle import (assert_tables_equal_the_oracle, attempts, checkpoints, committed_orders,
-                                       tables)
+from exactly_once_demo.oracle import attempts, checkpoints, committed_orders
 from exactly_once_demo.produce import produce
 from tests.dags.window import next_boundary, wait_until
 from tests.dags.window import window as window_dag
+from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle, rows
 
 INTERVAL = timedelta(seconds=10)
 
@@ -62,11 +62,11 @@ def test_backfill_in_parallel_equals_the_oracle_and_clearing_or_reprocessing_cha
              json={"dag_run_id": cleared, "task_ids": ["commit"], "dry_run": False, "only_failed": False,
                    "reset_dag_runs": True})
     api.wait("the cleared run", lambda: api.run_state(cleared) == "success")
-    assert tables(fresh_demo) == after
+    assert rows(fresh_demo) == after
 
     # Backfill the same intervals again, completed runs included: every task reruns, nothing changes.
     again = api.finished_runs(api.backfill(start, last, reprocess="completed"), start, last)
     assert sorted(r["state"] for r in again) == ["success"] * 3, again
-    assert tables(fresh_demo) == after
+    assert rows(fresh_demo) == after
     assert attempts(fresh_demo) == spark_attempts  # no Spark job was launched
     assert {run_id: (state, records) for _, run_id, state, records in checkpoints(fresh_demo)} == by_run

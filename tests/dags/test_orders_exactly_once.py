@@ -8,10 +8,11 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from exactly_once_demo.oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from exactly_once_demo.oracle import attempts, checkpoints
 from exactly_once_demo.pipeline import PARTITIONS
 from exactly_once_demo.produce import produce
 from exactly_once_stack.settings import ROOT, process_environment
+from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle, rows
 
 
 def dags_test(logical_date: datetime, **env) -> subprocess.CompletedProcess:
@@ -52,7 +53,7 @@ def test_consecutive_intervals_equal_the_oracle_then_empty_and_repeated_runs_cha
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
     held = again.stdout.split("are already held by checkpoint(s) ")[1].splitlines()[0]
     assert [int(part.split()[0]) for part in held.split("), ")] == [history[0][0], history[1][0]]
-    assert tables(fresh_demo) == after_three
+    assert rows(fresh_demo) == after_three
     assert attempts(fresh_demo) == attempts_before
 
     status = subprocess.run([sys.executable, "-m", "exactly_once.status", "--pipeline", "orders"],

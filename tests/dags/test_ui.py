@@ -16,12 +16,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from exactly_once_demo.oracle import assert_tables_equal_the_oracle, attempts, checkpoints, tables
+from exactly_once_demo.oracle import attempts, checkpoints
 from exactly_once_demo.produce import produce
 from exactly_once_stack import airflow
 from exactly_once_stack.settings import ROOT, environment, passwords
 from tests.dags.window import next_boundary, wait_until
 from tests.dags.window import window as window_dag
+from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle, rows
 
 INTERVAL = timedelta(minutes=1)
 SHOTS = ROOT / ".local" / "artifacts" / "ui"
@@ -150,6 +151,6 @@ def test_backfill_and_clear_from_the_ui_count_every_record_once(fresh_demo, kafk
     runs = api.finished_runs(again, start, last)
     assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
     ui.show("/runs", "08-reprocess-succeeded", "backfill")
-    assert tables(fresh_demo) == after_clear
+    assert rows(fresh_demo) == after_clear
     assert attempts(fresh_demo) == spark_attempts
     assert checkpoints(fresh_demo) == ledger

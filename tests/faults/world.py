@@ -29,7 +29,9 @@ from exactly_once.migrate import migrate
 from exactly_once.outcomes import TaskOutcome
 from exactly_once.protocol import Ledger
 from exactly_once_stack.settings import LOCAL, ROOT, process_environment
-from exactly_once_demo.oracle import Comparison, committed_orders, compare, oracle, rows
+from exactly_once_demo.oracle import committed_orders
+from tests.exactly_once_demo.oracle import expected
+from tests.oracle import Comparison, Tables, actual, compare
 
 ARTIFACTS = LOCAL / "artifacts" / "faults"
 TASK_TIMEOUT = 600
@@ -199,8 +201,8 @@ class World:
         return [i for i, in self.query("SELECT id FROM exactly_once.checkpoints WHERE pipeline = %s AND state IN "
                                        "('planned', 'running', 'precommitted') ORDER BY id", self.name)]
 
-    def tables(self) -> dict[str, list]:
-        return rows(self.db_url, self.name, self.name)
+    def tables(self) -> Tables:
+        return actual(self.db_url, self.config)
 
     # -- spark-submit processes of an attempt -----------------------------------------------
 
@@ -225,7 +227,7 @@ class World:
         retention deleted before they were read, when the pipeline allows it), and the ledger's
         invariants."""
         kept = [m for m in self.records if not lost_to_retention(m)]
-        comparison = compare(oracle(kept), self.tables())
+        comparison = compare(expected(self.config, kept), self.tables())
         with closing(psycopg2.connect(self.db_url)) as conn:
             broken = violations(conn, self.config)
         return Verdict(len(kept), comparison, broken, self._count_states("checkpoints"),

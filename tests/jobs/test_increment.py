@@ -18,15 +18,12 @@ from exactly_once.increment import BadRecords, run_attempt
 from exactly_once.checkpoints import Outcome
 from exactly_once.errors import Fenced
 from exactly_once.tables import qualified, staging_table
-from tests.plugins.harness import Pipeline, Record, expected_tables, workload
+from tests import oracle
+from tests.oracle import Record
+from tests.plugins.harness import Pipeline, committed_records, row_of, workload
 
 JOB = Path(__file__).resolve().parents[2] / "jobs" / "increment.py"
 TRANSFORM = "tests.jobs.transforms:measures"
-STAGED = {
-    "events": "id, k, n, kafka_topic, kafka_partition, kafka_offset",
-    "latest": "k, n, kafka_partition, kafka_offset",
-    "totals": "k, records, total, smallest, largest",
-}
 
 
 @pytest.fixture
@@ -39,13 +36,15 @@ def attempt(spark, pipeline: Pipeline, checkpoint_id: int, token: int):
 
 
 def staged(pipeline: Pipeline, checkpoint_id: int) -> dict[str, set]:
-    """Every staging row of the checkpoint, per sink, with the attempt that wrote it."""
+    """Every staging row of the checkpoint, per sink (its final table's columns), with the
+    attempt that wrote it."""
     with closing(psycopg2.connect(pipeline.db_url)) as conn, conn.cursor() as cur:
         out = {}
-        for sink, columns in STAGED.items():
-            table = qualified(staging_table(pipeline.config, sink))
-            cur.execute(f"SELECT {columns}, attempt FROM {table} WHERE checkpoint_id = %s", (checkpoint_id,))
-            out[sink] = set(cur.fetchall())
+        for sink in pipeline.config.sinks:
+            table, columns = qualified(staging_table(pipeline.config, sink.name)), oracle.table_columns(cur, sink)
+            cur.execute(f"SELECT {', '.join(columns)}, attempt FROM {table} WHERE checkpoint_id = %s",
+                        (checkpoint_id,))
+            out[sink.name] = set(cur.fetchall())
         cur.execute('SELECT topic, partition, "offset", key, value, reason, attempt FROM '
                     "exactly_once.staging_dead_letters WHERE checkpoint_id = %s", (checkpoint_id,))
         out["dead_letters"] = {(t, p, o, k and bytes(k), bytes(v), r, a) for t, p, o, k, v, r, a in cur.fetchall()}
@@ -53,14 +52,16 @@ def staged(pipeline: Pipeline, checkpoint_id: int) -> dict[str, set]:
 
 
 def in_ranges(pipeline: Pipeline, checkpoint) -> list[Record]:
-    return [Record(pipeline.topic, p.partition, p.offset, p.key, p.value) for p in pipeline.produced
-            if p.committed and any(r.partition == p.partition and r.start <= p.offset < r.end
-                                   for r in checkpoint.ranges)]
+    return [r for r in committed_records(pipeline.produced, pipeline.topic)
+            if any(r.partition == range_.partition and range_.start <= r.offset < range_.end
+                   for range_ in checkpoint.ranges)]
 
 
-def expected_staging(records: list[Record], token: int) -> dict[str, set]:
-    expected = expected_tables(records)
-    return {sink: {(*row, token) for row in rows} for sink, rows in expected.items() if sink != "dead_letters"}
+def expected_staging(pipeline: Pipeline, records: list[Record], token: int) -> dict[str, set]:
+    """What the oracle says each sink's staging holds for `records`, in its final table's columns."""
+    expected = oracle.expected(pipeline.config, records, row_of)
+    return {sink: {(*row, token) for row in expected.values(sink, columns)}
+            for sink, columns in oracle.final_columns(pipeline.db_url, pipeline.config).items()}
 
 
 def test_staging_equals_the_oracle_for_every_sink_mode_and_names_each_bad_record(spark, pipeline):
@@ -71,7 +72,7 @@ def test_staging_equals_the_oracle_for_every_sink_mode_and_names_each_bad_record
 
     records = in_ranges(pipeline, checkpoint)
     found = staged(pipeline, checkpoint.id)
-    assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(records, token)
+    assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(pipeline, records, token)
     reasons = {b"{not json": "value is not valid JSON",
                b'{"id": "o9", "k": "fig", "n": "nine"}': "does not fit the schema: n: missing or not bigint"}
     assert found["dead_letters"] == {(r.topic, r.partition, r.offset, r.key, r.value, reasons[r.value], token)
@@ -112,7 +113,7 @@ def test_a_second_attempt_replaces_the_first_attempts_staging(spark, pipeline, m
     found = staged(pipeline, checkpoint.id)
     assert {row[-1] for rows in found.values() for row in rows} == {second}
     assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(
-        in_ranges(pipeline, checkpoint), second)
+        pipeline, in_ranges(pipeline, checkpoint), second)
     pipeline.ledger.commit(checkpoint.id)
     pipeline.assert_exact()
 

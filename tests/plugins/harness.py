@@ -1,6 +1,6 @@
 """Test harness for the protocol: a pipeline with one sink of each mode on real
-PostgreSQL, records produced to real Kafka, and the oracle of what the final
-tables must hold.
+PostgreSQL, records produced to real Kafka, and its model in Python (`row_of`), from
+which the one oracle (tests/oracle.py) says what the final tables must hold.
 
 `Driver` plays the Spark job's part (reading the frozen ranges read_committed
 and writing staging rows) with a plain consumer and psycopg2, so the protocol
@@ -14,13 +14,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import defaultdict
 from contextlib import closing
-from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg2
 from confluent_kafka import Consumer, TopicPartition
+from psycopg2 import sql
 from psycopg2.extras import execute_values
 
 from exactly_once.config import PipelineConfig, load_config
@@ -31,7 +30,9 @@ from exactly_once.outcomes import TaskOutcome, after_begin
 from exactly_once.planning import OffsetRange
 from exactly_once.protocol import Ledger
 from exactly_once.tables import DEAD_LETTERS, staging_table
+from tests import oracle
 from tests.kafka_records import Produced, produce_transactions
+from tests.oracle import Record
 
 FINAL_TABLES = """
 CREATE SCHEMA {schema};
@@ -66,58 +67,22 @@ def order(i: int, k: str, n: int) -> bytes:
     return json.dumps({"id": f"o{i}", "k": k, "n": n}).encode()
 
 
-@dataclass(frozen=True)
-class Record:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-
-
-def parse(value: bytes) -> dict | None:
+def row_of(record: Record) -> dict | None:
+    """The pipeline's parse and transform in Python: a JSON object with a string `id` and
+    `k` and an integer `n`, the aggregate's measures folded from `n` (as
+    tests/jobs/transforms.py adds them); None for a bad record."""
     try:
-        parsed = json.loads(value)
-    except ValueError:
+        v = json.loads(record.value)
+    except (TypeError, ValueError):
         return None
-    ok = isinstance(parsed, dict) and isinstance(parsed.get("id"), str) and isinstance(parsed.get("k"), str) \
-        and type(parsed.get("n")) is int
-    return parsed if ok else None
-
-
-def expected_tables(records: list[Record]) -> dict[str, set]:
-    """What the final tables must hold after every one of `records` was committed once."""
-    events, latest, groups, dead = set(), {}, defaultdict(list), set()
-    for r in records:
-        v = parse(r.value)
-        if v is None:
-            dead.add((r.topic, r.partition, r.offset, r.value))
-            continue
-        events.add((v["id"], v["k"], v["n"], r.topic, r.partition, r.offset))
-        if v["k"] not in latest or (r.offset, r.partition) > (latest[v["k"]][3], latest[v["k"]][2]):
-            latest[v["k"]] = (v["k"], v["n"], r.partition, r.offset)
-        groups[v["k"]].append(v["n"])
-    totals = {(k, len(ns), sum(ns), min(ns), max(ns)) for k, ns in groups.items()}
-    return {"events": events, "latest": set(latest.values()), "totals": totals, "dead_letters": dead}
+    fits = isinstance(v, dict) and type(v.get("id")) is str and type(v.get("k")) is str and type(v.get("n")) is int
+    if not fits:
+        return None
+    return {"id": v["id"], "k": v["k"], "n": v["n"], "total": v["n"], "smallest": v["n"], "largest": v["n"]}
 
 
 def committed_records(produced: list[Produced], topic: str) -> list[Record]:
     return [Record(topic, p.partition, p.offset, p.key, p.value) for p in produced if p.committed]
-
-
-def actual_tables(db_url: str, config: PipelineConfig) -> dict[str, set]:
-    schema = config.name
-    with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
-        out = {}
-        for table, columns in (("events", "id, k, n, kafka_topic, kafka_partition, kafka_offset"),
-                               ("latest", "k, n, kafka_partition, kafka_offset"),
-                               ("totals", "k, records, total, smallest, largest")):
-            cur.execute(f"SELECT {columns} FROM {schema}.{table}")
-            out[table] = set(cur.fetchall())
-        cur.execute('SELECT topic, partition, "offset", value FROM exactly_once.dead_letters WHERE pipeline = %s',
-                    (config.name,))
-        out["dead_letters"] = {(t, p, o, bytes(v)) for t, p, o, v in cur.fetchall()}
-    return out
 
 
 def committed_ranges(db_url: str, pipeline: str) -> list[tuple]:
@@ -160,30 +125,32 @@ class Driver:
                     raise TimeoutError(f"ranges {wanted} not read within 60 s")
                 msg = consumer.poll(0.5)
                 if msg is not None and msg.error() is None and msg.offset() < ends[(msg.topic(), msg.partition())]:
-                    out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+                    out.append(Record.of(msg))
         finally:
             consumer.close()
         return out
 
     def write_staging(self, checkpoint_id: int, attempt: int, records: list[Record]) -> dict[str, int]:
-        expected = expected_tables(records)
-        name = self.ledger.config.name
-        tag = (checkpoint_id, attempt)
-        tables = {
-            "events": ("id, k, n, kafka_topic, kafka_partition, kafka_offset", expected["events"]),
-            "latest": ("k, n, kafka_partition, kafka_offset", expected["latest"]),
-            "totals": ("k, records, total, smallest, largest", expected["totals"]),
-        }
+        """Stages what the oracle says the records make, as the job would (the final
+        tables' columns per sink, the bad records as dead letters)."""
         config = self.ledger.config
+        expected = oracle.expected(config, records, row_of)
+        tag = (checkpoint_id, attempt)
+        staged = {}
         with closing(psycopg2.connect(self.db_url)) as conn, conn, conn.cursor() as cur:
-            for sink, (columns, rows) in tables.items():
-                execute_values(cur, f"INSERT INTO {staging_table(config, sink).as_string(cur)} ({columns}, "
-                                    "checkpoint_id, attempt) VALUES %s", [(*row, *tag) for row in rows])
-            execute_values(cur, 'INSERT INTO exactly_once.staging_dead_letters (topic, partition, "offset", value, '
-                                "reason, pipeline, checkpoint_id, attempt) VALUES %s",
-                           [(*row, "not an order", name, *tag) for row in expected["dead_letters"]])
-        return {**{sink: len(rows) for sink, (_, rows) in tables.items()},
-                DEAD_LETTERS: len(expected["dead_letters"])}
+            for sink in config.sinks:
+                columns = oracle.table_columns(cur, sink)
+                rows = expected.values(sink.name, columns)
+                statement = sql.SQL("INSERT INTO {} ({}, checkpoint_id, attempt) VALUES %s").format(
+                    staging_table(config, sink.name), sql.SQL(", ").join(map(sql.Identifier, columns)))
+                execute_values(cur, statement.as_string(cur), [(*row, *tag) for row in rows])
+                staged[sink.name] = len(rows)
+            dead = expected.values(DEAD_LETTERS, oracle.DEAD_LETTER_COLUMNS)
+            execute_values(cur, 'INSERT INTO exactly_once.staging_dead_letters (topic, partition, "offset", key, '
+                                "value, reason, pipeline, checkpoint_id, attempt) VALUES %s",
+                           [(*row, "not an order", config.name, *tag) for row in dead])
+            staged[DEAD_LETTERS] = len(dead)
+        return staged
 
 
 KEYS = ("apple", "pear", "plum", "fig")
@@ -233,14 +200,11 @@ class Pipeline:
             assert tasks.commit_checkpoint(self.ledger, begun.checkpoint.id, 1) is Outcome.COMMITTED
         return begun.checkpoint.id
 
-    def expected(self) -> dict[str, set]:
-        return expected_tables(committed_records(self.produced, self.topic))
+    def expected(self) -> oracle.Expected:
+        return oracle.expected(self.config, committed_records(self.produced, self.topic), row_of)
 
-    def actual(self) -> dict[str, set]:
-        return actual_tables(self.db_url, self.config)
+    def actual(self) -> oracle.Tables:
+        return oracle.actual(self.db_url, self.config)
 
     def assert_exact(self) -> None:
-        expected, actual = self.expected(), self.actual()
-        for table in expected:
-            assert actual[table] == expected[table], f"{table}: lost {expected[table] - actual[table]}, " \
-                                                     f"unexpected {actual[table] - expected[table]}"
+        oracle.assert_exact(self.expected(), self.actual())

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactly_once.planning import (DataLossError, OffsetRange, PartitionOffsets, PartitionPlan, PartitionState,
-                                   cap_plans, plan_partition, start_offset)
+                                   cap_plans, plan_checkpoint, plan_partition, start_offset)
 
 
 def state(frontier=None, released=None):
@@ -105,3 +105,21 @@ def test_with_ordered_timestamps_each_run_takes_exactly_its_interval(timestamps,
         assert all(ts < end for ts in timestamps[plan.range.start:plan.range.end])
         assert plan.range.end == len(timestamps) or timestamps[plan.range.end] >= end
         frontier = plan.range.end
+
+
+def test_a_checkpoint_plans_every_partition_in_order_new_ones_from_the_start_released_ones_exactly():
+    seen = {("t", 1): PartitionOffsets(5, 50), ("t", 0): PartitionOffsets(0, 90), ("u", 0): PartitionOffsets(7, 20)}
+    known = {("t", 0): (0, 40), ("t", 1): (5, 30)}
+    released = {("t", 1): OffsetRange("t", 1, 10, 30)}
+    plans = plan_checkpoint(seen, known, released, "latest", allow_data_loss=False, cap=None)
+    assert [p.range for p in plans] == [OffsetRange("t", 0, 40, 90), OffsetRange("t", 1, 10, 30),
+                                        OffsetRange("u", 0, 7, 20)]  # a partition added later: from its start
+    assert [p.replanned for p in plans] == [False, True, False]
+
+
+def test_a_new_pipeline_starts_where_its_configuration_says_and_the_cap_applies():
+    seen = {("t", 0): PartitionOffsets(3, 100), ("t", 1): PartitionOffsets(0, 60)}
+    latest = plan_checkpoint(seen, {}, {}, "latest", allow_data_loss=False, cap=None)
+    assert [p.range.size for p in latest] == [0, 0]
+    earliest = plan_checkpoint(seen, {}, {}, "earliest", allow_data_loss=False, cap=10)
+    assert [p.range.start for p in earliest] == [3, 0] and sum(p.range.size for p in earliest) == 10

@@ -17,11 +17,11 @@ from confluent_kafka.admin import AdminClient
 from exactly_once.invariants import violations
 from exactly_once.migrate import migrate
 from exactly_once.planning import DataLossError
-from exactly_once.checkpoints import Outcome, State
+from exactly_once.checkpoints import Outcome
 from exactly_once.errors import Fenced, NotPreCommitted, NotRunnable, StagedDataChanged
 from exactly_once.protocol import Ledger
 from exactly_once.registration import SinkTableError
-from exactly_once.tables import qualified, staging_table
+from exactly_once.tables import DEAD_LETTERS, qualified, staging_table
 from tests.kafka_records import produce_transactions
 from tests.plugins.harness import Pipeline, committed_ranges, order, workload
 
@@ -69,9 +69,9 @@ def test_promise_1_every_committed_record_counts_once_and_aborted_ones_never(pip
     pipeline.run_once()  # nothing new: an empty checkpoint, committed without an attempt
 
     pipeline.assert_exact()
-    expected = pipeline.expected()
-    assert len(expected["events"]) == 28 and len(expected["dead_letters"]) == 4
-    assert 10_000 not in {row[2] for row in pipeline.actual()["events"]}  # every aborted record has n = 10000
+    expected = pipeline.expected().tables
+    assert len(expected["events"]) == 28 and len(expected[DEAD_LETTERS]) == 4
+    assert 10_000 not in {row["n"] for row in pipeline.actual()["events"]}  # every aborted record has n = 10000
 
 
 def test_promise_2_the_database_refuses_an_offset_committed_twice_and_ranges_are_contiguous(pipeline):
@@ -116,7 +116,7 @@ def test_promise_2_allowed_data_loss_records_the_gap(ledger_db, kafka_servers, t
     assert query(ledger_db, "SELECT topic, partition, from_offset, to_offset FROM exactly_once.gaps "
                             "WHERE pipeline = %s", pipeline.config.name) == [(topic, 0, 3, 6)]
     assert_contiguous_from_start(pipeline)
-    assert sorted(row[5] for row in pipeline.actual()["events"]) == [0, 1, 2, 6, 7, 8, 9]
+    assert sorted(row["kafka_offset"] for row in pipeline.actual()["events"]) == [0, 1, 2, 6, 7, 8, 9]
 
 
 def test_promise_3_a_concurrent_reader_never_sees_half_a_checkpoint(ledger_db, kafka_servers, topic):

@@ -7,7 +7,6 @@ import subprocess
 from contextlib import closing
 
 import psycopg2
-import pytest
 
 from exactly_once_stack.settings import ROOT, db_url
 

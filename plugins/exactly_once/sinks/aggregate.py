@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from exactly_once.sinks import each, names, require_columns
+from exactly_once.sinks import names, require_columns
 from exactly_once.sqlfiles import text
 from exactly_once.tables import final_table
 

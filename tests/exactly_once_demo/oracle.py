@@ -1,0 +1,39 @@
+"""The demo pipeline on the one oracle (tests/oracle.py): its committed records and its
+model of them (exactly_once_demo.oracle) give what its tables must hold. The DAG tests
+use it on the demo itself; the fault matrix and the benchmarks on copies of the demo
+(their own pipeline name, topic and schema)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from exactly_once.config import PipelineConfig
+from exactly_once_demo.oracle import committed_orders, order_row
+from exactly_once_demo.pipeline import CONFIG, config as demo_config
+from tests import oracle
+from tests.oracle import Comparison, Expected, Record, Tables
+
+
+def expected(config: PipelineConfig, messages: Iterable) -> Expected:
+    """What the demo copy's tables must hold once each of these committed records
+    (confluent_kafka messages) was committed once."""
+    return oracle.expected(config, [Record.of(m) for m in messages], order_row)
+
+
+def rows(db_url: str, schema: str = "demo", pipeline: str = "orders") -> Tables:
+    """Every row of a demo copy's tables and dead letters, duplicates kept."""
+    return oracle.actual(db_url, demo_config(pipeline, schema=schema))
+
+
+def compare_with_the_oracle(db_url: str, servers: str, config: PipelineConfig = CONFIG) -> tuple[Comparison, Tables]:
+    """The demo copy's tables against every committed record of its topic, and the tables."""
+    [topic] = config.source.topics
+    found = oracle.actual(db_url, config)
+    return oracle.compare(expected(config, committed_orders(servers, topic)), found), found
+
+
+def assert_tables_equal_the_oracle(db_url: str, servers: str) -> Tables:
+    """The demo's tables, once they equal what the topic's committed records say."""
+    comparison, found = compare_with_the_oracle(db_url, servers)
+    assert comparison.exact, str(comparison)
+    return found
