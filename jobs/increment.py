@@ -45,8 +45,7 @@ def main() -> int:
     spark = SparkSession.builder.appName(f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}") \
         .getOrCreate()
     try:
-        report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, bootstrap_servers(),
-                                 db.jdbc_options(db.url()))
+        report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, bootstrap_servers(), db.url())
     except Fenced as fenced:
         print(f"fenced: {fenced}", file=sys.stderr)
         return FENCED

@@ -10,9 +10,9 @@ Airflow connection `pipeline_db`; the Spark master from `spark_default`.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import psycopg2
@@ -71,8 +71,9 @@ class IncrementOperator(SparkSubmitOperator):
             tasks.run_increment(ledger(self.config), checkpoint_id, submit)
 
 
-def checkpoint_tasks(config: PipelineConfig, commit_retries: int = 4):
-    """The three tasks of a pipeline run, chained; call inside a DAG."""
+def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_retries: int = 4):
+    """The three tasks of a pipeline run, chained; call inside a DAG. A failed attempt is
+    retried on the same frozen ranges (Flink's restart strategy), with back-off."""
 
     @task.short_circuit(task_id="begin_checkpoint")
     def begin_checkpoint(**context) -> int | None:
@@ -90,5 +91,7 @@ def checkpoint_tasks(config: PipelineConfig, commit_retries: int = 4):
                                            ti.try_number).value
 
     begun = begin_checkpoint()
-    increment = IncrementOperator(task_id="increment", config=config, conn_id="spark_default")
+    increment = IncrementOperator(task_id="increment", config=config, conn_id="spark_default",
+                                  retries=increment_retries, retry_delay=timedelta(seconds=30),
+                                  retry_exponential_backoff=True)
     begun >> increment >> commit()

@@ -93,7 +93,7 @@ class Attempt:
     attempt: int
     state: AttemptState
     reason: str | None
-    retryable: bool | None             # set when the attempt recorded its own failure
+    retryable: bool | None             # whether a retry may help, once it failed; None while it has not
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstrain
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from exactly_once.errors import Permanent
+from exactly_once.formats import format_of
 from exactly_once.spark_types import check as check_spark_type
 
 # Pipeline and sink names become parts of staging table names.
@@ -51,8 +52,6 @@ class Source(_Frozen):
     @field_validator("value_format")
     @classmethod
     def _format_known(cls, value_format: str) -> str:
-        from exactly_once.formats import format_of  # the formats import this module
-
         format_of(value_format)
         return value_format
 
@@ -87,20 +86,20 @@ class Sink(_Frozen):
     @field_validator("mode")
     @classmethod
     def _mode_known(cls, mode: str) -> str:
-        from exactly_once.sinks import mode_of  # the modes import this module
+        from exactly_once.sinks import mode_of  # not at the top: the sink modes import this module
 
         mode_of(mode)
         return mode
 
     @model_validator(mode="after")
     def _mode_fits(self) -> Sink:
-        self.merge.check(self)
+        self.strategy.check(self)
         return self
 
     @property
-    def merge(self):
-        """The sink's mode (a `exactly_once.sinks.SinkMode`)."""
-        from exactly_once.sinks import mode_of
+    def strategy(self):
+        """How the sink's rows are staged and merged: its mode's `exactly_once.sinks.SinkMode`."""
+        from exactly_once.sinks import mode_of  # not at the top: the sink modes import this module
 
         return mode_of(self.mode)
 

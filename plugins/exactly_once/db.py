@@ -7,6 +7,7 @@ from urllib.parse import quote, unquote
 
 import psycopg2
 
+from exactly_once.config import ConfigError
 from exactly_once.settings import required
 
 URL_VARIABLE = "PIPELINE_DB_URL"
@@ -51,11 +52,11 @@ def jdbc_options(libpq_url: str) -> dict[str, str]:
     (`postgresql://[user[:password]@][host][:port][,...][/dbname][?param=value&...]`).
     Batched inserts are rewritten into multi-row INSERTs by the driver: ~3x faster staging
     writes. Query parameters are carried over as the pgjdbc properties that mean the same;
-    one pgjdbc cannot honour raises ValueError naming it (messages never quote the URI,
+    one pgjdbc cannot honour raises ConfigError (no retry fixes it) naming it (messages never quote the URI,
     which holds the password)."""
     scheme, sep, rest = libpq_url.partition("://")
     if not sep or scheme not in ("postgresql", "postgres"):
-        raise ValueError("the database URL must be a libpq URI starting with postgresql:// or postgres://")
+        raise ConfigError("the database URL must be a libpq URI starting with postgresql:// or postgres://")
     rest, _, query = rest.partition("?")
     netloc, slash, path = rest.partition("/")
     userinfo, at, hostport = netloc.rpartition("@")
@@ -78,10 +79,10 @@ def jdbc_options(libpq_url: str) -> dict[str, str]:
         hosts = _override(hosts, found["host"], found["port"])
     for host, _port in hosts:
         if not host:
-            raise ValueError("host: the database URL names no host; libpq would use a Unix-domain socket, "
+            raise ConfigError("host: the database URL names no host; libpq would use a Unix-domain socket, "
                              "which pgjdbc cannot")
         if host.startswith("/"):
-            raise ValueError("host: a Unix-domain socket directory; pgjdbc connects over TCP only")
+            raise ConfigError("host: a Unix-domain socket directory; pgjdbc connects over TCP only")
 
     address = ",".join(f"[{h}]:{p or 5432}" if ":" in h else f"{h}:{p or 5432}" for h, p in hosts)
     parameters = "&".join(f"{k}={quote(v, safe='')}" for k, v in properties.items())
@@ -97,11 +98,11 @@ def jdbc_options(libpq_url: str) -> dict[str, str]:
 def _decode(text: str, what: str) -> str:
     """libpq's URI decoding: %XX escapes only ('+' stays '+'); a bad escape is an error."""
     if _BAD_ESCAPE.search(text):
-        raise ValueError(f"{what}: invalid percent-encoding in the database URL")
+        raise ConfigError(f"{what}: invalid percent-encoding in the database URL")
     try:
         return unquote(text, errors="strict")
     except UnicodeDecodeError:
-        raise ValueError(f"{what}: percent-encoding in the database URL is not UTF-8") from None
+        raise ConfigError(f"{what}: percent-encoding in the database URL is not UTF-8") from None
 
 
 def _hosts(hostport: str) -> list[tuple[str, str]]:
@@ -111,7 +112,7 @@ def _hosts(hostport: str) -> list[tuple[str, str]]:
         if item.startswith("["):
             host, bracket, after = item[1:].partition("]")
             if not bracket or (after and not after.startswith(":")):
-                raise ValueError("host: malformed IPv6 address in the database URL")
+                raise ConfigError("host: malformed IPv6 address in the database URL")
             port = after[1:]
         else:
             host, _, port = item.partition(":")
@@ -130,13 +131,13 @@ def _override(hosts: list[tuple[str, str]], host: str | None, port: str | None) 
         if len(ports) == 1:
             ports *= len(names)
         elif len(ports) != len(names):
-            raise ValueError(f"port: {len(ports)} ports for {len(names)} hosts")
+            raise ConfigError(f"port: {len(ports)} ports for {len(names)} hosts")
     return list(zip(names, ports))
 
 
 def _port(port: str) -> str:
     if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        raise ValueError(f"port: not a TCP port number: {port!r}")
+        raise ConfigError(f"port: not a TCP port number: {port!r}")
     return port
 
 
@@ -148,9 +149,9 @@ def _query(query: str) -> list[tuple[str, str]]:
     for item in query.split("&"):
         keyword, equals, value = item.partition("=")
         if not equals:
-            raise ValueError(f"{_decode(keyword, 'a query parameter')}: no '=value' in the database URL's query")
+            raise ConfigError(f"{_decode(keyword, 'a query parameter')}: no '=value' in the database URL's query")
         if "=" in value:
-            raise ValueError(f"{_decode(keyword, 'a query parameter')}: a second '=' in its value "
+            raise ConfigError(f"{_decode(keyword, 'a query parameter')}: a second '=' in its value "
                              "(percent-encode it as %3D)")
         keyword = _decode(keyword, "a query parameter")
         pairs.append((keyword, _decode(value, keyword)))
@@ -161,10 +162,10 @@ def _property(keyword: str, value: str) -> tuple[str, str]:
     """The pgjdbc property and value for a libpq query parameter, or ValueError."""
     if keyword == "ssl":  # libpq takes ssl=true (only) from JDBC URLs: sslmode=require
         if value != "true":
-            raise ValueError(f"ssl={value}: libpq accepts only ssl=true (meaning sslmode=require)")
+            raise ConfigError(f"ssl={value}: libpq accepts only ssl=true (meaning sslmode=require)")
         return "sslmode", "require"
     if keyword == "sslrootcert" and value == "system":
-        raise ValueError("sslrootcert=system: libpq's system CA store has no pgjdbc equivalent; "
+        raise ConfigError("sslrootcert=system: libpq's system CA store has no pgjdbc equivalent; "
                          "name a root certificate file")
     if keyword in _SAME_MEANING:
         return _SAME_MEANING[keyword], value
@@ -172,17 +173,17 @@ def _property(keyword: str, value: str) -> tuple[str, str]:
         try:
             seconds = int(value.strip())
         except ValueError:
-            raise ValueError(f"connect_timeout: not a whole number of seconds: {value!r}") from None
+            raise ConfigError(f"connect_timeout: not a whole number of seconds: {value!r}") from None
         return "connectTimeout", str(max(seconds, 0))
     if keyword == "keepalives":
         if value not in ("0", "1"):
-            raise ValueError(f"keepalives: expected 0 or 1, got {value!r}")
+            raise ConfigError(f"keepalives: expected 0 or 1, got {value!r}")
         return "tcpKeepAlive", "true" if value == "1" else "false"
     if keyword == "target_session_attrs":
         if value not in _TARGET_SERVER_TYPE:
-            raise ValueError(f"target_session_attrs={value}: pgjdbc's targetServerType has no equivalent; "
+            raise ConfigError(f"target_session_attrs={value}: pgjdbc's targetServerType has no equivalent; "
                              f"use one of {', '.join(_TARGET_SERVER_TYPE)}")
         return "targetServerType", _TARGET_SERVER_TYPE[value]
-    raise ValueError(f"{keyword}: a database URL parameter that pgjdbc has no equivalent for (Spark's JDBC "
+    raise ConfigError(f"{keyword}: a database URL parameter that pgjdbc has no equivalent for (Spark's JDBC "
                      f"writer would ignore it); it takes {', '.join(sorted(_SAME_MEANING))}, ssl=true, "
                      "connect_timeout, keepalives, target_session_attrs, host, port, dbname, user, password")

@@ -3,6 +3,9 @@
 Every error the library raises on purpose is a `PipelineError`; `retryable`
 says whether a retry of the same task can succeed (a lost connection, a killed
 executor) or cannot (a wrong configuration, a missing table, a fenced attempt).
+The protocol's refusals are here; other `Permanent` errors stand beside their
+causes: `ConfigError` (config.py), `SinkTableError` (registration.py),
+`DataLossError` (planning.py), `BadRecords` (increment.py).
 `exactly_once.outcomes` turns that into what the orchestrator does.
 """
 
@@ -50,11 +53,13 @@ class NotRunnable(ProtocolError):
     retryable = False
 
     def __init__(self, checkpoint: Checkpoint):
+        from exactly_once.checkpoints import State  # not at the top: checkpoints imports (via planning) this module
+
         self.state = checkpoint.state
-        why = {"precommitted": "its attempt is pre-committed and waits for commit",
-               "committed": "it is already committed",
-               "aborted": "it was aborted and its ranges were planned again by a later checkpoint"}
-        super().__init__(f"checkpoint {checkpoint.id} cannot start an attempt: {why[checkpoint.state.value]}")
+        why = {State.PRECOMMITTED: "its attempt is pre-committed and waits for commit",
+               State.COMMITTED: "it is already committed",
+               State.ABORTED: "it was aborted and its ranges were planned again by a later checkpoint"}
+        super().__init__(f"checkpoint {checkpoint.id} cannot start an attempt: {why[checkpoint.state]}")
 
 
 class StagingIncomplete(ProtocolError):

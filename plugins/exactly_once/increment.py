@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from exactly_once import faults
 from exactly_once.checkpoints import Committable
 from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, ConfigError, PipelineConfig
+from exactly_once.db import jdbc_options
 from exactly_once.errors import Permanent, is_retryable
 from exactly_once.formats import format_of
 from exactly_once.planning import OffsetRange
@@ -132,7 +133,7 @@ def sink_frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str,
     an attempt stages, keyed by sink name (DEAD_LETTERS for the bad records)."""
     rows = transform_of(config)(good_rows(parsed))
     return {DEAD_LETTERS: dead_letters(parsed, config.name),
-            **{sink.name: sink.merge.staging_rows(rows, sink, columns[sink.name]) for sink in config.sinks}}
+            **{sink.name: sink.strategy.staging_rows(rows, sink, columns[sink.name]) for sink in config.sinks}}
 
 
 def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,
@@ -174,13 +175,13 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
 
 
 def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,
-                    jdbc: Mapping[str, str]) -> AttemptReport:
+                    db_url: str) -> AttemptReport:
     """`run_attempt`, with a failure recorded on the attempt together with whether a retry
     may help: the task that started the attempt reads that verdict from the ledger,
     whatever ran the job (spark-submit, a cluster, an in-process session). A fenced
     attempt records nothing: it is no longer the checkpoint's to change."""
     try:
-        return run_attempt(spark, ledger, checkpoint_id, attempt, bootstrap_servers, jdbc)[1]
+        return run_attempt(spark, ledger, checkpoint_id, attempt, bootstrap_servers, jdbc_options(db_url))[1]
     except Exception as error:
         ledger.abort_attempt(checkpoint_id, attempt, f"{type(error).__name__}: {error}", is_retryable(error))
         raise

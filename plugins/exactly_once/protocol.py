@@ -176,7 +176,7 @@ class Ledger:
         params = {"checkpoint_id": committable.checkpoint_id, "attempt": committable.attempt, "now": now}
         for sink in self.config.sinks:
             columns = rows.columns(final_table(sink))
-            rows.cur.execute(sink.merge.promote(sink, rows.staging[sink.name], columns), params)
+            rows.cur.execute(sink.strategy.promote(sink, rows.staging[sink.name], columns), params)
         rows.cur.execute(text("merge/dead_letters.sql"), params)
         rows.run("promote_ranges", **params)
         rows.run("mark_committed", **params)

@@ -32,7 +32,7 @@ def register(rows: LedgerRows) -> None:
 
 def check_final_table(rows: LedgerRows, sink: Sink) -> list[str]:
     """The final table's columns, once it is found fit for the sink's mode."""
-    mode = sink.merge
+    mode = sink.strategy
     columns = rows.columns(final_table(sink))
     if not columns:
         raise SinkTableError(f"sink {sink.name!r}: final table {sink.table} does not exist")

@@ -165,7 +165,7 @@ class _Parser:
         if word in DECIMAL:
             return self.decimal()
         if word in LENGTHED:
-            raise self.error(token.position, f"{word} cannot be read by Spark's JSON reader; use string")
+            raise self.error(token.position, f"{word} cannot be read by Spark's readers; use string")
         if word in NESTED:
             self.expect("<", f"after {word}")
             nested = getattr(self, word)()

@@ -86,23 +86,32 @@ def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[st
     log.info("checkpoint %s attempt %s: running the increment job", checkpoint_id, attempt)
     try:
         execute(job_arguments(ledger.config, checkpoint_id, attempt))
-    except BaseException as failure:
+    except Exception as failure:
         verdict = attempt_failure(ledger, checkpoint_id, attempt, failure)
-        if isinstance(failure, Exception):
+        if verdict is not None:
             raise verdict from failure
+        log.warning("the job said %r after it pre-committed attempt %s; the pre-commit stands", failure, attempt)
+    except BaseException as interrupted:  # the task is being stopped: leave nothing half-run behind
+        attempt_failure(ledger, checkpoint_id, attempt, interrupted)
         raise
     faults.point("increment_task.after_job")
     return attempt
 
 
-def attempt_failure(ledger: Ledger, checkpoint_id: int, attempt: int, failure: BaseException) -> PipelineError:
-    """What a failed job means for its task, from the ledger: `Fenced` when a newer attempt
-    owns the checkpoint (the job exits 3 then; a retry would only fence that one in turn),
-    else `AttemptFailed`, retryable unless the job recorded a failure no retry can fix."""
+def attempt_failure(ledger: Ledger, checkpoint_id: int, attempt: int, failure: BaseException
+                    ) -> PipelineError | None:
+    """What a failed job means for its task, from the ledger: None when the attempt
+    pre-committed all the same (its work is done); `Fenced` when a newer attempt owns the
+    checkpoint or recovery aborted it (the job exits 3 then; a retry would only fence the
+    owner in turn, or find the ranges planned again elsewhere); else `AttemptFailed`,
+    retryable unless the job recorded a failure no retry can fix."""
     ledger.abort_attempt(checkpoint_id, attempt, f"Spark job failed: {failure}")  # unless the job recorded it
-    current = ledger.checkpoint(checkpoint_id).attempt
-    if current != attempt:
-        return Fenced(f"attempt {attempt} of checkpoint {checkpoint_id} is fenced: attempt {current} owns it")
+    checkpoint = ledger.checkpoint(checkpoint_id)
+    if checkpoint.state in (State.PRECOMMITTED, State.COMMITTED) and checkpoint.precommitted_attempt == attempt:
+        return None
+    if checkpoint.attempt != attempt or checkpoint.state is State.ABORTED:
+        return Fenced(f"attempt {attempt} of checkpoint {checkpoint_id} is fenced: the checkpoint is "
+                      f"{checkpoint.state.value} and its current attempt is {checkpoint.attempt}")
     recorded = ledger.attempt(checkpoint_id, attempt)
     log.info("attempt %s of checkpoint %s aborted (%s); a retry runs the same ranges", attempt, checkpoint_id,
              recorded.reason)

@@ -17,7 +17,7 @@ from exactly_once.faults import ENV as FAULTS, InjectedFault
 from exactly_once.increment import BadRecords, run_attempt
 from exactly_once.checkpoints import Outcome
 from exactly_once.errors import Fenced
-from exactly_once.tables import qualified, staging_table
+from exactly_once.tables import DEAD_LETTER_STAGING, qualified, staging_table
 from tests import oracle
 from tests.oracle import Record
 from tests.plugins.harness import Pipeline, committed_records, row_of, workload
@@ -46,7 +46,7 @@ def staged(pipeline: Pipeline, checkpoint_id: int) -> dict[str, set]:
                         (checkpoint_id,))
             out[sink.name] = set(cur.fetchall())
         cur.execute('SELECT topic, partition, "offset", key, value, reason, attempt FROM '
-                    "exactly_once.staging_dead_letters WHERE checkpoint_id = %s", (checkpoint_id,))
+                    f"{qualified(DEAD_LETTER_STAGING)} WHERE checkpoint_id = %s", (checkpoint_id,))
         out["dead_letters"] = {(t, p, o, k and bytes(k), bytes(v), r, a) for t, p, o, k, v, r, a in cur.fetchall()}
     return out
 

@@ -29,7 +29,7 @@ from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_begin
 from exactly_once.planning import OffsetRange
 from exactly_once.protocol import Ledger
-from exactly_once.tables import DEAD_LETTERS, staging_table
+from exactly_once.tables import DEAD_LETTER_STAGING, DEAD_LETTERS, qualified, staging_table
 from tests import oracle
 from tests.kafka_records import Produced, produce_transactions
 from tests.oracle import Record
@@ -146,7 +146,7 @@ class Driver:
                 execute_values(cur, statement.as_string(cur), [(*row, *tag) for row in rows])
                 staged[sink.name] = len(rows)
             dead = expected.values(DEAD_LETTERS, oracle.DEAD_LETTER_COLUMNS)
-            execute_values(cur, 'INSERT INTO exactly_once.staging_dead_letters (topic, partition, "offset", key, '
+            execute_values(cur, f"INSERT INTO {qualified(DEAD_LETTER_STAGING)} (topic, partition, \"offset\", key, "
                                 "value, reason, pipeline, checkpoint_id, attempt) VALUES %s",
                            [(*row, "not an order", config.name, *tag) for row in dead])
             staged[DEAD_LETTERS] = len(dead)

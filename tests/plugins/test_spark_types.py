@@ -62,7 +62,7 @@ REJECTED = {
     "struct<a>": ("expected a data type, found '>'", 8),
     "map<string>": ("expected ',' between the map's key and value types, found '>'", 10),
     "map<string,int,int>": ("expected '>' closing map<, found ','", 14),
-    "varchar": ("varchar cannot be read by Spark's JSON reader; use string", 0),
+    "varchar": ("varchar cannot be read by Spark's readers; use string", 0),
     "integer(5)": ("expected the end of the type, found '('", 7),
     "text": ("unknown data type 'text'", 0),
     "`int`": ("expected a data type, found '`int`'", 0),
@@ -75,8 +75,8 @@ REJECTED = {
 # or struct field details a JSON schema has no use for).
 STRICTER = {
     "interval day": ("unknown data type 'interval'", 0),
-    "varchar(10)": ("varchar cannot be read by Spark's JSON reader; use string", 0),
-    "char(3)": ("char cannot be read by Spark's JSON reader; use string", 0),
+    "varchar(10)": ("varchar cannot be read by Spark's readers; use string", 0),
+    "char(3)": ("char cannot be read by Spark's readers; use string", 0),
     "void": ("unknown data type 'void'", 0),
     "variant": ("unknown data type 'variant'", 0),
     "struct<>": ("expected a struct field name, found '>'", 7),

@@ -10,7 +10,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once import tasks
 from exactly_once.checkpoints import AttemptState, State
-from exactly_once.db import jdbc_options
 from exactly_once.errors import AttemptFailed, Fenced, NotPreCommitted, StagedDataChanged
 from exactly_once.increment import execute_attempt
 from exactly_once.outcomes import TaskOutcome, after_error
@@ -38,12 +37,38 @@ def test_a_fenced_attempt_fails_its_task_without_retry_and_leaves_the_newer_atte
         pipeline.ledger.start_attempt(checkpoint_id)  # a newer try of the task took the checkpoint over
         raise RuntimeError("spark-submit exited with status 3")
 
-    with pytest.raises(Fenced, match=f"attempt 1 of checkpoint {checkpoint_id} is fenced: attempt 2 owns it") as e:
+    fenced = (f"attempt 1 of checkpoint {checkpoint_id} is fenced: "
+              "the checkpoint is running and its current attempt is 2")
+    with pytest.raises(Fenced, match=fenced) as e:
         tasks.run_increment(pipeline.ledger, checkpoint_id, overtaken)
     assert after_error(e.value) is TaskOutcome.FAIL
     checkpoint = pipeline.ledger.checkpoint(checkpoint_id)
     assert (checkpoint.state, checkpoint.attempt) == (State.RUNNING, 2)
     assert pipeline.ledger.attempt(checkpoint_id, 2).state is AttemptState.RUNNING
+
+
+def test_an_attempt_whose_checkpoint_recovery_aborted_fails_its_task_without_retry(pipeline):
+    checkpoint_id = begun(pipeline)
+
+    def taken_over(arguments: list[str]) -> None:
+        pipeline.ledger.abort(checkpoint_id, "lease expired")  # the next run's recovery took it over
+        raise RuntimeError("spark-submit exited with status 3")
+
+    with pytest.raises(Fenced, match="the checkpoint is aborted and its current attempt is 1") as e:
+        tasks.run_increment(pipeline.ledger, checkpoint_id, taken_over)
+    assert after_error(e.value) is TaskOutcome.FAIL
+
+
+def test_a_job_that_failed_after_its_pre_commit_leaves_the_checkpoint_to_commit(pipeline):
+    checkpoint_id = begun(pipeline)
+
+    def pre_committed_then_lost(arguments: list[str]) -> None:
+        pipeline.driver.execute(arguments)
+        raise RuntimeError("the driver died while stopping Spark")
+
+    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pre_committed_then_lost) == 1
+    assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 1).value == "committed now"
+    pipeline.assert_exact()
 
 
 def test_a_lost_job_is_aborted_and_retried_on_the_same_ranges(pipeline):
@@ -72,7 +97,7 @@ def test_a_job_that_records_a_failure_no_retry_fixes_fails_its_task_without_retr
 
     def in_process(arguments: list[str]) -> None:
         attempt = int(arguments[arguments.index("--attempt") + 1])
-        execute_attempt(spark, pipeline.ledger, checkpoint_id, attempt, kafka_servers, jdbc_options(ledger_db))
+        execute_attempt(spark, pipeline.ledger, checkpoint_id, attempt, kafka_servers, ledger_db)
 
     with pytest.raises(AttemptFailed, match=rf"BadRecords: .*{topic}\[2\]@{offset}: value is not valid JSON") as e:
         tasks.run_increment(pipeline.ledger, checkpoint_id, in_process)

@@ -23,9 +23,5 @@ class ValueFormat(Protocol):
 _REGISTRY = Registry(__name__, "FORMAT", "value format")
 
 
-def formats() -> list[str]:
-    return _REGISTRY.names()
-
-
 def format_of(name: str) -> ValueFormat:
     return _REGISTRY.get(name)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from psycopg2 import sql
 
+from exactly_once.config import ConfigError
 from exactly_once.registry import Registry
 
 if TYPE_CHECKING:
@@ -46,19 +47,15 @@ class SinkMode(Protocol):
 _REGISTRY = Registry(__name__, "MODE", "sink mode")
 
 
-def modes() -> list[str]:
-    return _REGISTRY.names()
-
-
 def mode_of(name: str) -> SinkMode:
     return _REGISTRY.get(name)
 
 
-
 def require_columns(rows: DataFrame, sink: Sink, columns: Iterable[str]) -> None:
+    """ConfigError (no retry fixes a transform) if the transformed rows lack a column the sink needs."""
     missing = sorted(set(columns) - set(rows.columns))
     if missing:
-        raise ValueError(f"sink {sink.name!r} ({sink.table}) needs columns {missing} that the transformed rows "
+        raise ConfigError(f"sink {sink.name!r} ({sink.table}) needs columns {missing} that the transformed rows "
                          f"lack (they have {rows.columns})")
 
 
