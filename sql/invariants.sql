@@ -54,7 +54,7 @@ WHERE e.covered < e.frontier
       JOIN exactly_once.checkpoints k ON k.id = r.checkpoint_id
       WHERE r.pipeline = %(pipeline)s AND r.topic = e.topic AND r.partition = e.partition
         AND r.to_offset > r.from_offset
-        AND (k.state IN ('planned', 'running', 'precommitted') OR (r.released AND r.replanned_by IS NULL)));
+        AND (k.state IN ('planned', 'running', 'stalled', 'precommitted') OR (r.released AND r.replanned_by IS NULL)));
 
 -- name: precommitted_left_behind
 -- Every run's recovery commits what is pre-committed, so a checkpoint begun after

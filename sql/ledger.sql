@@ -159,3 +159,53 @@ FROM exactly_once.checkpoints
 WHERE pipeline = %(pipeline)s
   AND (state = 'precommitted' OR (state IN ('planned', 'running') AND lease_until < %(now)s))
 ORDER BY id;
+
+-- name: failed_attempts
+-- The checkpoint's attempts that failed (not those superseded or aborted with it), newest first.
+SELECT checkpoint_id, attempt, state::text, reason, retryable
+FROM exactly_once.attempts
+WHERE checkpoint_id = %(checkpoint_id)s AND state = 'aborted' AND retryable IS NOT NULL
+ORDER BY attempt DESC;
+
+-- name: mark_stalled
+UPDATE exactly_once.checkpoints SET state = 'stalled', reason = %(reason)s WHERE id = %(checkpoint_id)s;
+
+-- name: stalled
+-- The pipeline's stalled checkpoints, oldest first.
+SELECT id FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s AND state = 'stalled' ORDER BY id;
+
+-- name: insert_operator_action
+INSERT INTO exactly_once.operator_actions
+    (pipeline, action, checkpoint_id, topic, partition, from_offset, to_offset, reason, acted_at)
+VALUES (%(pipeline)s, %(action)s, %(checkpoint_id)s, %(topic)s, %(partition)s, %(from_offset)s, %(to_offset)s,
+        %(reason)s, %(now)s);
+
+-- name: dead_lettered_ranges
+-- Ranges an operator dead-lettered that overlap [from_offset, to_offset) of one partition.
+SELECT topic, partition, from_offset, to_offset, reason, acted_at
+FROM exactly_once.operator_actions
+WHERE pipeline = %(pipeline)s AND action = 'dead_letter' AND topic = %(topic)s AND partition = %(partition)s
+  AND int8range(from_offset, to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+ORDER BY from_offset;
+
+-- name: range_holders
+-- What holds offsets [from_offset, to_offset) of one partition: committed ranges, and the
+-- live ranges of checkpoints (with their state).
+SELECT 'committed', checkpoint_id FROM exactly_once.committed_ranges
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s
+  AND int8range(from_offset, to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+UNION
+SELECT c.state::text, c.id
+FROM exactly_once.checkpoint_ranges r JOIN exactly_once.checkpoints c ON c.id = r.checkpoint_id
+WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND NOT r.released
+  AND c.state <> 'committed'
+  AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+ORDER BY 2;
+
+-- name: pipeline_of_checkpoint
+SELECT pipeline FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s;
+
+-- name: refusing_constraints
+-- Constraints and triggers of a table that can refuse rows whose values fit its columns.
+SELECT (SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%(table)s) AND contype IN ('c', 'f', 'x'))
+     + (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(%(table)s) AND NOT tgisinternal);

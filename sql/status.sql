@@ -15,7 +15,7 @@ SELECT c.id, c.dag_run_id, c.interval_start, c.interval_end, c.state::text, c.re
 FROM exactly_once.checkpoints c
 LEFT JOIN exactly_once.checkpoint_ranges r ON r.checkpoint_id = c.id AND r.to_offset > r.from_offset
 WHERE c.pipeline = %(pipeline)s
-  AND (NOT %(open_only)s OR c.state IN ('planned', 'running', 'precommitted'))
+  AND (NOT %(open_only)s OR c.state IN ('planned', 'running', 'stalled', 'precommitted'))
 GROUP BY c.id
 ORDER BY c.id DESC
 LIMIT %(limit)s;
@@ -49,4 +49,18 @@ FROM exactly_once.checkpoint_ranges r
 JOIN exactly_once.checkpoints c ON c.id = r.checkpoint_id
 WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND NOT r.released
   AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+ORDER BY c.id;
+
+-- name: stalled
+-- Stalled checkpoints: their ranges, failed attempts, last error and since when.
+SELECT c.id, c.dag_run_id,
+       coalesce((SELECT jsonb_agg(jsonb_build_array(r.topic, r.partition, r.from_offset, r.to_offset)
+                                  ORDER BY r.topic, r.partition)
+                 FROM exactly_once.checkpoint_ranges r
+                 WHERE r.checkpoint_id = c.id AND r.to_offset > r.from_offset), '[]'::jsonb),
+       (SELECT count(*) FROM exactly_once.attempts a WHERE a.checkpoint_id = c.id AND a.retryable IS NOT NULL),
+       (SELECT max(a.ended_at) FROM exactly_once.attempts a WHERE a.checkpoint_id = c.id),
+       c.reason
+FROM exactly_once.checkpoints c
+WHERE c.pipeline = %(pipeline)s AND c.state = 'stalled'
 ORDER BY c.id;

@@ -7,6 +7,7 @@ transitions are drawn.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,14 +21,15 @@ class State(str, Enum):
 
     PLANNED = "planned"
     RUNNING = "running"
+    STALLED = "stalled"       # failed for one cause until an operator acts; keeps its ranges
     PRECOMMITTED = "precommitted"
     COMMITTED = "committed"
     ABORTED = "aborted"
 
     @property
     def open(self) -> bool:
-        """An attempt may still start (planned, running)."""
-        return self in (State.PLANNED, State.RUNNING)
+        """An attempt may still start (planned, running; stalled, by an operator's hand)."""
+        return self in (State.PLANNED, State.RUNNING, State.STALLED)
 
 
 class AttemptState(str, Enum):
@@ -45,6 +47,7 @@ class Outcome(Enum):
     COMMITTED = "committed now"
     ALREADY_COMMITTED = "already committed"
     ABORTED = "aborted now"
+    STALLED = "stalled now"    # aborted, and held for an operator (`stalls`)
     UNCHANGED = "unchanged"    # nothing to do: already ended, or no longer the current attempt
 
 
@@ -94,6 +97,23 @@ class Attempt:
     state: AttemptState
     reason: str | None
     retryable: bool | None             # whether a retry may help, once it failed; None while it has not
+
+
+def cause(reason: str) -> str:
+    """What two failures must share to count as the same cause: the reason without its
+    numbers (attempt and checkpoint ids, Spark stage and task ids, timings)."""
+    return re.sub(r"\d+", "#", reason)
+
+
+def stalls(failures: list[Attempt], stall_after: int) -> bool:
+    """Whether a checkpoint's failed attempts (newest first) stall it: the newest failed in
+    a way no retry can fix, or the newest `stall_after` failed for one cause."""
+    if not failures:
+        return False
+    if failures[0].retryable is False:
+        return True
+    newest = failures[:stall_after]
+    return len(newest) == stall_after and len({cause(f.reason or "") for f in newest}) == 1
 
 
 @dataclass(frozen=True)

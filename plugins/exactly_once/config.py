@@ -117,11 +117,16 @@ class PipelineConfig(_Frozen):
         None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
         description="'module:function' taking and returning a Spark DataFrame, applied before the sinks.")
     on_bad_record: Literal["dead_letter", "fail"] = Field(
-        "dead_letter", description="A record that cannot be parsed: to the dead-letter table, or fail the run.")
+        "dead_letter", description="A record that cannot be parsed, does not fit the schema, or whose rows a "
+                                   "sink table would refuse: to the dead-letter table, or fail the run naming it.")
     allow_data_loss: bool = Field(
         False, description="If records were deleted by retention before they were read: record the gap "
                            "and go on (true) or stop with an error naming the partition (false).")
     max_records_per_run: PositiveInt | None = Field(None, description="Cap on the records one checkpoint plans.")
+    stall_after: PositiveInt = Field(
+        3, description="A checkpoint whose attempts fail this many times in a row for one cause (or once "
+                       "in a way no retry can fix) is stalled: every later run fails naming it until an "
+                       "operator clears its task, retries it or dead-letters a range.")
     lease: timedelta = Field(
         timedelta(hours=1), gt=timedelta(0),
         description="How long a begun checkpoint or a running attempt is held before the next run's "

@@ -66,16 +66,42 @@ class StagingIncomplete(ProtocolError):
     """Pre-commit found other row counts in staging than the attempt wrote (a new attempt may succeed)."""
 
 
-class StagedDataChanged(ProtocolError):
-    """Commit found the staged rows changed since pre-commit; the checkpoint must run again."""
+class SentBack(ProtocolError):
+    """Commit could not promote the pre-committed attempt; the checkpoint is planned again,
+    to run again from its frozen ranges."""
 
     retryable = False
+
+
+class StagedDataChanged(SentBack):
+    """Commit found the staged rows changed since pre-commit."""
+
+
+class PromotionRefused(SentBack):
+    """A final table refused staged rows at commit (its data changed since the attempt's
+    trial promotion); the next attempt isolates the records at fault."""
 
 
 class NotPreCommitted(ProtocolError):
     """Commit was asked for a checkpoint that has nothing pre-committed."""
 
     retryable = False
+
+
+class Stalled(ProtocolError):
+    """A checkpoint of the pipeline is stalled: no run goes on until an operator acts."""
+
+    retryable = False
+
+    def __init__(self, pipeline: str, checkpoint: Checkpoint):
+        self.checkpoint_id = checkpoint.id
+        ranges = ", ".join(r.label for r in checkpoint.ranges if r.size)
+        super().__init__(
+            f"pipeline {pipeline!r} is stalled: checkpoint {checkpoint.id} (DAG run {checkpoint.dag_run_id}, ranges "
+            f"{ranges}) keeps failing; last error: {checkpoint.reason}. Fix the cause, then clear its increment "
+            f"task (or run `python -m exactly_once.stalls retry {checkpoint.id}`), or dead-letter the records at "
+            f"fault: `python -m exactly_once.stalls dead-letter {pipeline} 'TOPIC[PARTITION]@FROM..TO' "
+            "--reason WHY`")
 
 
 def is_retryable(error: BaseException) -> bool:

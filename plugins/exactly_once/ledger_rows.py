@@ -12,10 +12,10 @@ from datetime import datetime
 from psycopg2 import sql
 
 from exactly_once.checkpoints import Attempt, AttemptState, Checkpoint, Staged, State
-from exactly_once.config import PipelineConfig
+from exactly_once.config import PipelineConfig, Sink
 from exactly_once.planning import OffsetRange, PartitionPlan
 from exactly_once.sqlfiles import named
-from exactly_once.tables import staging_tables
+from exactly_once.tables import final_table, staging_tables
 
 Q = named("ledger.sql")
 Partition = tuple[str, int]  # (topic, partition)
@@ -28,6 +28,20 @@ def registered_config(cur, pipeline: str) -> dict:
     if row is None:
         raise LookupError(f"pipeline {pipeline!r} is not registered in the ledger")
     return row[0]
+
+
+def pipeline_of(cur, checkpoint_id: int) -> str:
+    """The pipeline a checkpoint belongs to."""
+    cur.execute(Q["pipeline_of_checkpoint"], {"checkpoint_id": checkpoint_id})
+    row = cur.fetchone()
+    if row is None:
+        raise LookupError(f"checkpoint {checkpoint_id} does not exist")
+    return row[0]
+
+
+def _attempt(row: tuple) -> Attempt:
+    checkpoint_id, attempt, state, reason, retryable = row
+    return Attempt(checkpoint_id, attempt, AttemptState(state), reason, retryable)
 
 
 class LedgerRows:
@@ -69,7 +83,16 @@ class LedgerRows:
         row = self.cur.fetchone()
         if row is None:
             raise LookupError(f"checkpoint {checkpoint_id} has no attempt {attempt}")
-        return Attempt(row[0], row[1], AttemptState(row[2]), row[3], row[4])
+        return _attempt(row)
+
+    def failed_attempts(self, checkpoint_id: int) -> list[Attempt]:
+        """The attempts that failed (not superseded), newest first."""
+        self.run("failed_attempts", checkpoint_id=checkpoint_id)
+        return [_attempt(row) for row in self.cur.fetchall()]
+
+    def stalled(self) -> list[Checkpoint]:
+        self.run("stalled", pipeline=self.config.name)
+        return [self.checkpoint(checkpoint_id) for checkpoint_id, in self.cur.fetchall()]
 
     def end_attempts(self, checkpoint_id: int, attempt: int | None, from_state: AttemptState, state: AttemptState,
                      reason: str | None, now: datetime, retryable: bool | None = None) -> None:
@@ -81,6 +104,32 @@ class LedgerRows:
                           now: datetime) -> None:
         self.run("mark_precommitted", checkpoint_id=checkpoint_id, attempt=attempt, records=records, now=now,
                  staged=json.dumps({name: vars(s) for name, s in staged.items()}))
+
+    # -- operators' actions ---------------------------------------------------------------
+
+    def record_action(self, action: str, checkpoint_id: int | None, now: datetime, reason: str,
+                      offsets: OffsetRange | None = None) -> None:
+        """An operator's action (sql/migrations/0004_stalls_and_operator_actions.sql)."""
+        self.run("insert_operator_action", pipeline=self.config.name, action=action, checkpoint_id=checkpoint_id,
+                 now=now, reason=reason, topic=offsets.topic if offsets else None,
+                 partition=offsets.partition if offsets else None, from_offset=offsets.start if offsets else None,
+                 to_offset=offsets.end if offsets else None)
+
+    def dead_lettered(self, ranges: tuple[OffsetRange, ...]) -> list[tuple[OffsetRange, str]]:
+        """Ranges an operator dead-lettered that overlap `ranges`, with their reason."""
+        found = []
+        for r in ranges:
+            self.run("dead_lettered_ranges", pipeline=self.config.name, topic=r.topic, partition=r.partition,
+                     from_offset=r.start, to_offset=r.end)
+            found += [(OffsetRange(t, p, a, b), f"dead-lettered by an operator at {at.isoformat()}: {why}")
+                      for t, p, a, b, why, at in self.cur.fetchall()]
+        return found
+
+    def holders(self, offsets: OffsetRange) -> list[tuple[str, int]]:
+        """(state, checkpoint id) of what holds some of the offsets: 'committed' ranges and live ones."""
+        self.run("range_holders", pipeline=self.config.name, topic=offsets.topic, partition=offsets.partition,
+                 from_offset=offsets.start, to_offset=offsets.end)
+        return self.cur.fetchall()
 
     # -- planning -----------------------------------------------------------------------
 
@@ -138,6 +187,21 @@ class LedgerRows:
                              {"pipeline": self.config.name})
             deleted += self.cur.rowcount
         return deleted
+
+    def promotion(self, sink: Sink) -> sql.Composed:
+        """The statement that merges the sink's staged rows of %(checkpoint_id)s/%(attempt)s into its final table."""
+        return sink.strategy.promote(sink, self.staging[sink.name], self.columns(final_table(sink)))
+
+    def may_refuse(self, sink: Sink) -> bool:
+        """Whether the sink's final table can refuse rows whose values fit its columns: a
+        CHECK, foreign key or exclusion constraint, a trigger, or a unique index besides
+        the one its merge conflicts on."""
+        table = final_table(sink).as_string(self.cur)
+        self.run("refusing_constraints", table=table)
+        if self.cur.fetchone()[0]:
+            return True
+        self.run("unique_indexes", table=table)
+        return any(frozenset(columns) != sink.strategy.unique_columns(sink) for columns, in self.cur.fetchall())
 
     def columns(self, table: sql.Identifier) -> list[str]:
         """The table's columns in table order; empty if it does not exist."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Literal, Protocol
 
 from exactly_once.errors import Permanent
 
@@ -34,6 +34,11 @@ class OffsetRange:
     def size(self) -> int:
         return self.end - self.start
 
+    @property
+    def label(self) -> str:
+        """`topic[partition]@start..end`, as operators write a range (exactly_once.stalls)."""
+        return f"{self.topic}[{self.partition}]@{self.start}..{self.end}"
+
 
 @dataclass(frozen=True)
 class PartitionOffsets:
@@ -43,6 +48,15 @@ class PartitionOffsets:
     last_stable: int
     at_interval_end: int | None = None   # first offset with timestamp >= interval end; None: no such record yet
     at_start_time: int | None = None     # the same for a pipeline that starts at a timestamp
+
+
+class OffsetSource(Protocol):
+    """What planning asks Kafka (exactly_once.kafka_offsets.KafkaOffsets)."""
+
+    def partitions(self, topic: str) -> list[int]: ...
+
+    def offsets(self, topic: str, partition: int, interval_end: datetime | None,
+                start_time: datetime | None = None) -> PartitionOffsets: ...
 
 
 @dataclass(frozen=True)

@@ -20,27 +20,21 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Protocol
+
+import psycopg2
 
 from exactly_once import faults
 from exactly_once.checkpoints import (Attempt, AttemptState, Begun, Checkpoint, Committable, Outcome, Recovery,
-                                      State)
+                                      State, stalls)
 from exactly_once.config import PipelineConfig, load_config
-from exactly_once.errors import Fenced, NotPreCommitted, NotRunnable, StagedDataChanged, StagingIncomplete
+from exactly_once.errors import (Fenced, NotPreCommitted, NotRunnable, PromotionRefused, SentBack, StagedDataChanged,
+                                 StagingIncomplete, Stalled)
+from exactly_once.isolation import record_failure
 from exactly_once.ledger_rows import LedgerRows, registered_config
-from exactly_once.planning import PartitionOffsets, plan_checkpoint
-from exactly_once.registration import register
+from exactly_once.planning import OffsetSource, PartitionOffsets, plan_checkpoint
+from exactly_once.registration import final_columns, register
+from exactly_once.row_checks import ColumnType
 from exactly_once.sqlfiles import text
-from exactly_once.tables import final_table
-
-
-class OffsetSource(Protocol):
-    """What planning asks Kafka (exactly_once.kafka_offsets.KafkaOffsets)."""
-
-    def partitions(self, topic: str) -> list[int]: ...
-
-    def offsets(self, topic: str, partition: int, interval_end: datetime | None,
-                start_time: datetime | None = None) -> PartitionOffsets: ...
 
 
 def _utcnow() -> datetime:
@@ -67,14 +61,23 @@ class Ledger:
         """A new connection to the pipeline database."""
         return self._connect()
 
+    def now(self) -> datetime:
+        return self._clock()
+
     # -- begin: recover, then plan -------------------------------------------------
 
     def begin(self, dag_run_id: str, interval_start: datetime | None, interval_end: datetime | None,
               kafka: OffsetSource) -> Begun:
-        """Begins the DAG run's checkpoint, or returns the one it began before (a retry)."""
+        """Begins the DAG run's checkpoint, or returns the one it began before (a retry).
+        `Stalled` while another checkpoint of the pipeline is stalled."""
+        with self.rows() as rows:
+            own = rows.checkpoint_of_run(dag_run_id)
+            stalled = [c for c in rows.stalled() if c.id != own]
+            if stalled:
+                raise Stalled(self.config.name, stalled[0])
         self.register()
         recovery = self.recover()
-        with self._rows() as rows:
+        with self.rows() as rows:
             existing = rows.checkpoint_of_run(dag_run_id)
             if existing is not None:
                 return Begun(rows.checkpoint(existing), recovery, new=False)
@@ -83,7 +86,7 @@ class Ledger:
         # Asked before the lock: a snapshot taken a moment earlier is as valid a planning time.
         seen = {(topic, p): kafka.offsets(topic, p, interval_end, start_time)
                 for topic in source.topics for p in kafka.partitions(topic)}
-        with self._rows() as rows:
+        with self.rows() as rows:
             rows.lock()
             checkpoint_id = rows.checkpoint_of_run(dag_run_id)
             new = checkpoint_id is None
@@ -111,11 +114,14 @@ class Ledger:
     def start_attempt(self, checkpoint_id: int) -> Checkpoint:
         """A new attempt of a planned or running checkpoint; earlier attempts are fenced off
         and their staging rows discarded (staging is replaced, never added to)."""
-        with self._rows() as rows:
+        with self.rows() as rows:
             checkpoint = rows.checkpoint(checkpoint_id)
             if not checkpoint.state.open:
                 raise NotRunnable(checkpoint)
             now = self._clock()
+            if checkpoint.state is State.STALLED:  # only a person starts one: retries stop at a stall
+                rows.record_action("resume", checkpoint_id, now,
+                                   f"a new attempt was started (a cleared task) after: {checkpoint.reason}")
             rows.run("start_attempt", checkpoint_id=checkpoint_id, lease_until=now + self.config.lease)
             attempt = rows.cur.fetchone()[0]
             rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED,
@@ -129,7 +135,7 @@ class Ledger:
                    records: int) -> Committable:
         """Phase one: the attempt says it wrote `rows_written` staging rows per sink (and dead
         letters). Only the current attempt of a running checkpoint may pre-commit (compare-and-set)."""
-        with self._rows() as rows:
+        with self.rows() as rows:
             if set(rows_written) != set(rows.staging):
                 raise ValueError(f"pre_commit needs row counts for exactly {sorted(rows.staging)}, "
                                  f"got {sorted(rows_written)}")
@@ -147,19 +153,30 @@ class Ledger:
 
     def commit(self, checkpoint_id: int) -> Outcome:
         """Phase two, in one transaction: promote every sink's staged rows, record the
-        committed ranges, mark the checkpoint committed, clear its staging. Idempotent."""
-        with self._rows() as rows:
-            checkpoint = rows.checkpoint(checkpoint_id)
-            if checkpoint.state is State.COMMITTED:
-                return Outcome.ALREADY_COMMITTED
-            if checkpoint.state is not State.PRECOMMITTED:
-                raise NotPreCommitted(f"checkpoint {checkpoint_id} is {checkpoint.state.value}, not pre-committed: "
-                                      "its Spark attempt has not finished")
-            committable = checkpoint.committable
-            staged = rows.staged(checkpoint_id, committable.attempt)
-            if staged == committable.staged:
-                self._promote(rows, committable)
-                return Outcome.COMMITTED
+        committed ranges, mark the checkpoint committed, clear its staging. Idempotent.
+        `SentBack` (the checkpoint planned again) if the staged rows changed since
+        pre-commit or a final table refuses some of them."""
+        try:
+            with self.rows() as rows:
+                checkpoint = rows.checkpoint(checkpoint_id)
+                if checkpoint.state is State.COMMITTED:
+                    return Outcome.ALREADY_COMMITTED
+                if checkpoint.state is not State.PRECOMMITTED:
+                    raise NotPreCommitted(f"checkpoint {checkpoint_id} is {checkpoint.state.value}, not "
+                                          "pre-committed: its Spark attempt has not finished")
+                committable = checkpoint.committable
+                staged = rows.staged(checkpoint_id, committable.attempt)
+                if staged == committable.staged:
+                    self._promote(rows, committable)
+                    return Outcome.COMMITTED
+        except psycopg2.Error as error:
+            failure = record_failure(error)
+            if failure is None:
+                raise
+            reason = f"a final table refused staged rows at commit: {failure[1]}"
+            self._send_back(checkpoint_id, committable.attempt, reason, failed=True)
+            raise PromotionRefused(f"checkpoint {checkpoint_id} not committed: {reason}; it is planned again and "
+                                   "its next attempt dead-letters the records at fault") from error
         changes = {name: (committable.staged.get(name), staged.get(name))
                    for name in set(committable.staged) | set(staged)
                    if committable.staged.get(name) != staged.get(name)}
@@ -175,8 +192,7 @@ class Ledger:
         now = self._clock()
         params = {"checkpoint_id": committable.checkpoint_id, "attempt": committable.attempt, "now": now}
         for sink in self.config.sinks:
-            columns = rows.columns(final_table(sink))
-            rows.cur.execute(sink.strategy.promote(sink, rows.staging[sink.name], columns), params)
+            rows.cur.execute(rows.promotion(sink), params)
         rows.cur.execute(text("merge/dead_letters.sql"), params)
         rows.run("promote_ranges", **params)
         rows.run("mark_committed", **params)
@@ -188,36 +204,44 @@ class Ledger:
     # -- abort and recovery -------------------------------------------------------------
 
     def abort_attempt(self, checkpoint_id: int, attempt: int, reason: str, retryable: bool = True) -> Outcome:
-        """A failed attempt: its staging rows go, the checkpoint is planned again with the same
-        ranges, and the attempt records why and whether a retry may help. UNCHANGED if the
-        attempt is no longer the current one (fenced, or already aborted)."""
-        with self._rows() as rows:
+        """A failed attempt: its staging rows go and the attempt records why and whether a
+        retry may help. The checkpoint is planned again with the same ranges (ABORTED), or,
+        if its failures say no retry will do (`checkpoints.stalls`), stalled (STALLED).
+        UNCHANGED if the attempt is no longer the current one (fenced, or already aborted)."""
+        with self.rows() as rows:
             checkpoint = rows.checkpoint(checkpoint_id)
             if not checkpoint.is_current(attempt):
                 return Outcome.UNCHANGED
-            rows.run("mark_planned", checkpoint_id=checkpoint_id, reason=reason, lease_until=checkpoint.lease_until)
             rows.end_attempts(checkpoint_id, attempt, AttemptState.RUNNING, AttemptState.ABORTED, reason,
                               self._clock(), retryable)
             rows.delete_staging(checkpoint_id, attempt)
+            if stalls(rows.failed_attempts(checkpoint_id), self.config.stall_after):
+                rows.run("mark_stalled", checkpoint_id=checkpoint_id, reason=reason)
+                return Outcome.STALLED
+            rows.run("mark_planned", checkpoint_id=checkpoint_id, reason=reason, lease_until=checkpoint.lease_until)
         return Outcome.ABORTED
 
     def abort(self, checkpoint_id: int, reason: str) -> Outcome:
         """Aborts a planned or running checkpoint: its staging rows go and its ranges are
         released, to be planned again, exactly, by the next checkpoint. A pre-committed or
         committed checkpoint is never aborted (UNCHANGED)."""
-        with self._rows() as rows:
-            if not rows.checkpoint(checkpoint_id).state.open:
-                return Outcome.UNCHANGED
-            rows.run("mark_aborted", checkpoint_id=checkpoint_id, reason=reason)
-            rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED, reason, self._clock())
-            rows.delete_staging(checkpoint_id, attempt=None)
+        with self.rows() as rows:
+            return self.release(rows, checkpoint_id, reason)
+
+    def release(self, rows: LedgerRows, checkpoint_id: int, reason: str) -> Outcome:
+        """`abort` in the caller's transaction (an operator's action: exactly_once.stalls)."""
+        if not rows.checkpoint(checkpoint_id).state.open:
+            return Outcome.UNCHANGED
+        rows.run("mark_aborted", checkpoint_id=checkpoint_id, reason=reason)
+        rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED, reason, self._clock())
+        rows.delete_staging(checkpoint_id, attempt=None)
         return Outcome.ABORTED
 
     def recover(self) -> Recovery:
         """Commits every pre-committed checkpoint; aborts those whose lease ran out; deletes
         staging rows no commit can promote (a zombie attempt that wrote after it was fenced)."""
         now = self._clock()
-        with self._rows() as rows:
+        with self.rows() as rows:
             rows.run("recoverable", pipeline=self.config.name, now=now)
             found = [(checkpoint_id, State(state)) for checkpoint_id, state in rows.cur.fetchall()]
         committed, aborted, sent_back = [], [], []
@@ -226,23 +250,24 @@ class Ledger:
                 try:
                     if self.commit(checkpoint_id) is Outcome.COMMITTED:
                         committed.append(checkpoint_id)
-                except StagedDataChanged:
+                except SentBack:
                     sent_back.append(checkpoint_id)
             elif self.abort(checkpoint_id, f"lease expired before {now.isoformat()}; its ranges are "
                                            "planned again by the next checkpoint") is Outcome.ABORTED:
                 aborted.append(checkpoint_id)
-        with self._rows() as rows:
+        with self.rows() as rows:
             stale = rows.delete_stale_staging()
         return Recovery(tuple(committed), tuple(aborted), tuple(sent_back), stale)
 
-    def _send_back(self, checkpoint_id: int, attempt: int, reason: str) -> None:
-        with self._rows() as rows:
+    def _send_back(self, checkpoint_id: int, attempt: int, reason: str, failed: bool = False) -> None:
+        """`failed`: the attempt counts as failed (for `stalls`), not merely superseded."""
+        with self.rows() as rows:
             if rows.checkpoint(checkpoint_id).state is not State.PRECOMMITTED:
                 return  # someone else resolved it meanwhile
             # lease_until = now: the next run's recovery re-plans it if no retry runs it first.
             rows.run("mark_planned", checkpoint_id=checkpoint_id, reason=reason, lease_until=self._clock())
             rows.end_attempts(checkpoint_id, attempt, AttemptState.PRECOMMITTED, AttemptState.ABORTED, reason,
-                              self._clock())
+                              self._clock(), True if failed else None)
             rows.delete_staging(checkpoint_id, attempt=None)
 
     # -- registration and reading -------------------------------------------------------
@@ -250,26 +275,26 @@ class Ledger:
     def register(self) -> None:
         """Records the pipeline and creates each sink's staging table (idempotent). Checks
         that every final table exists and is unique on what its merge needs."""
-        with self._rows() as rows:
+        with self.rows() as rows:
             rows.lock()
             register(rows)
 
-    def final_columns(self) -> dict[str, list[str]]:
-        """Each sink's final table columns, in table order (what its staging rows carry)."""
-        with self._rows() as rows:
-            return {sink.name: rows.columns(final_table(sink)) for sink in self.config.sinks}
+    def final_columns(self) -> dict[str, list[ColumnType]]:
+        """Each sink's final table columns with their types (`registration.final_columns`)."""
+        with self.rows() as rows:
+            return final_columns(rows)
 
     def checkpoint(self, checkpoint_id: int) -> Checkpoint:
-        with self._rows() as rows:
+        with self.rows() as rows:
             return rows.checkpoint(checkpoint_id)
 
     def attempt(self, checkpoint_id: int, attempt: int) -> Attempt:
-        with self._rows() as rows:
+        with self.rows() as rows:
             return rows.attempt(checkpoint_id, attempt)
 
     def current(self, checkpoint_id: int, attempt: int) -> Checkpoint:
         """The checkpoint, if `attempt` is still its current one; `Fenced` otherwise."""
-        with self._rows() as rows:
+        with self.rows() as rows:
             return self._current(rows, checkpoint_id, attempt)
 
     @staticmethod
@@ -281,8 +306,8 @@ class Ledger:
         return checkpoint
 
     @contextmanager
-    def _rows(self) -> Iterator[LedgerRows]:
-        """One transaction on a connection of its own."""
+    def rows(self) -> Iterator[LedgerRows]:
+        """The ledger's rows in one transaction on a connection of its own."""
         with closing(self._connect()) as conn:
             with conn, conn.cursor() as cur:
                 yield LedgerRows(cur, self.config)

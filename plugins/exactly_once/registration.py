@@ -9,6 +9,7 @@ from psycopg2 import sql
 from exactly_once.config import Sink
 from exactly_once.errors import Permanent
 from exactly_once.ledger_rows import Q, LedgerRows
+from exactly_once.row_checks import ColumnType, column_types
 from exactly_once.tables import final_table, staging_index, staging_table
 
 
@@ -44,3 +45,13 @@ def check_final_table(rows: LedgerRows, sink: Sink) -> list[str]:
         raise SinkTableError(f"sink {sink.name!r} ({sink.mode}): final table {sink.table} needs a unique "
                              f"index or constraint on exactly {sorted(mode.unique_columns(sink))}")
     return columns
+
+
+def final_columns(rows: LedgerRows) -> dict[str, list[ColumnType]]:
+    """Each sink's final table columns with their types, in table order (what its staging
+    rows carry, and what the row checks check). SinkTableError if a table is gone."""
+    found = {sink.name: column_types(rows.cur, final_table(sink)) for sink in rows.config.sinks}
+    missing = [sink.table for sink in rows.config.sinks if not found[sink.name]]
+    if missing:
+        raise SinkTableError(f"pipeline {rows.config.name!r}: final table(s) {missing} do not exist")
+    return found

@@ -1,15 +1,18 @@
-"""What the ledger and Kafka say about pipelines, read-only: the last commit, lag per
-partition, open checkpoints, gaps, the checkpoint history, and which checkpoints hold
-an interval's offsets (the log of a backfill over intervals already taken).
+"""What the ledger and Kafka say about pipelines, read-only: stalled checkpoints first,
+the last commit, lag per partition, open checkpoints, gaps, the checkpoint history, and
+which checkpoints hold an interval's offsets (the log of a backfill over intervals
+already taken).
 
     python -m exactly_once.status [--pipeline NAME] [--history N]
 
-reads PIPELINE_DB_URL and KAFKA_BOOTSTRAP_SERVERS.
+reads PIPELINE_DB_URL and KAFKA_BOOTSTRAP_SERVERS. Exits 2 while a pipeline shown is
+stalled, so monitoring can call it.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -67,8 +70,19 @@ class Gap:
 
 
 @dataclass(frozen=True)
+class Stall:
+    checkpoint_id: int
+    dag_run_id: str
+    ranges: tuple[OffsetRange, ...]
+    failed_attempts: int
+    since: datetime | None
+    last_error: str
+
+
+@dataclass(frozen=True)
 class PipelineStatus:
     name: str
+    stalls: tuple[Stall, ...]
     last_commit: LastCommit | None
     lag: tuple[PartitionLag, ...]
     open: tuple[CheckpointSummary, ...]
@@ -98,8 +112,11 @@ def read_status(conn, kafka: KafkaOffsets, pipeline: str, history: int = 10) -> 
         ends = cur.fetchall()
         cur.execute(Q["gaps"], where)
         gaps = tuple(Gap(OffsetRange(t, p, a, b), cp, at) for t, p, a, b, cp, at in cur.fetchall())
+        cur.execute(Q["stalled"], where)
+        stalls = tuple(Stall(cp, run, tuple(OffsetRange(*r) for r in ranges), failed, since, error)
+                       for cp, run, ranges, failed, since, error in cur.fetchall())
     lag = tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None).last_stable) for t, p, end in ends)
-    return PipelineStatus(pipeline, None if last is None else LastCommit(*last), lag,
+    return PipelineStatus(pipeline, stalls, None if last is None else LastCommit(*last), lag,
                           _checkpoints(conn, pipeline, open_only=True, limit=None), gaps,
                           _checkpoints(conn, pipeline, open_only=False, limit=history))
 
@@ -159,9 +176,19 @@ def render_checkpoints(checkpoints: tuple[CheckpointSummary, ...]) -> str:
                   for c in checkpoints])
 
 
+def render_stall(pipeline: str, stall: Stall) -> str:
+    return (f"STALLED: checkpoint {stall.checkpoint_id} (DAG run {stall.dag_run_id}) since {_when(stall.since)}, "
+            f"after {stall.failed_attempts} failed attempt(s); ranges {', '.join(r.label for r in stall.ranges)}\n"
+            f"  last error: {stall.last_error}\n"
+            f"  way out: fix the cause, then clear its increment task or run `python -m exactly_once.stalls retry "
+            f"{stall.checkpoint_id}`; or dead-letter the records at fault: `python -m exactly_once.stalls "
+            f"dead-letter {pipeline} 'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
+
+
 def render(status: PipelineStatus) -> str:
     last = status.last_commit
-    parts = [f"pipeline {status.name}",
+    parts = [f"pipeline {status.name}" + (" — STALLED" if status.stalls else ""),
+             *(render_stall(status.name, stall) for stall in status.stalls),
              "last committed checkpoint: " + ("none" if last is None else
                                               f"{last.id} ({last.records} records, interval end "
                                               f"{_when(last.interval_end)}, committed {_when(last.committed_at)})"),
@@ -179,7 +206,10 @@ def render(status: PipelineStatus) -> str:
     return "\n".join(parts)
 
 
-def main() -> None:
+STALLED = 2  # the exit status while a pipeline is stalled
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m exactly_once.status", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", help="one pipeline (default: every registered one)")
     parser.add_argument("--history", type=int, default=10, help="checkpoints of the history to show")
@@ -189,9 +219,12 @@ def main() -> None:
         if args.pipeline is not None and args.pipeline not in names:
             raise SystemExit(f"pipeline {args.pipeline!r} is not registered in the ledger (registered: "
                              f"{', '.join(names) or 'none'})")
-        for name in [args.pipeline] if args.pipeline else names:
-            print(render(read_status(conn, kafka, name, args.history)) + "\n")
+        statuses = [read_status(conn, kafka, name, args.history) for name in ([args.pipeline] if args.pipeline
+                                                                            else names)]
+    for status in sorted(statuses, key=lambda s: not s.stalls):  # stalled pipelines first
+        print(render(status) + "\n")
+    return STALLED if any(s.stalls for s in statuses) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

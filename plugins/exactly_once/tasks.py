@@ -19,7 +19,7 @@ from pathlib import Path
 from exactly_once import faults
 from exactly_once.checkpoints import Begun, Outcome, State
 from exactly_once.config import PipelineConfig
-from exactly_once.errors import AttemptFailed, Fenced, NotRunnable, PipelineError
+from exactly_once.errors import AttemptFailed, Fenced, NotRunnable, PipelineError, Stalled
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.migrate import migrate
 from exactly_once.protocol import Ledger
@@ -103,8 +103,9 @@ def attempt_failure(ledger: Ledger, checkpoint_id: int, attempt: int, failure: B
     """What a failed job means for its task, from the ledger: None when the attempt
     pre-committed all the same (its work is done); `Fenced` when a newer attempt owns the
     checkpoint or recovery aborted it (the job exits 3 then; a retry would only fence the
-    owner in turn, or find the ranges planned again elsewhere); else `AttemptFailed`,
-    retryable unless the job recorded a failure no retry can fix."""
+    owner in turn, or find the ranges planned again elsewhere); `Stalled` when its failures
+    stalled it (only an operator goes on); else `AttemptFailed`, retryable unless the job
+    recorded a failure no retry can fix."""
     ledger.abort_attempt(checkpoint_id, attempt, f"Spark job failed: {failure}")  # unless the job recorded it
     checkpoint = ledger.checkpoint(checkpoint_id)
     if checkpoint.state in (State.PRECOMMITTED, State.COMMITTED) and checkpoint.precommitted_attempt == attempt:
@@ -112,6 +113,8 @@ def attempt_failure(ledger: Ledger, checkpoint_id: int, attempt: int, failure: B
     if checkpoint.attempt != attempt or checkpoint.state is State.ABORTED:
         return Fenced(f"attempt {attempt} of checkpoint {checkpoint_id} is fenced: the checkpoint is "
                       f"{checkpoint.state.value} and its current attempt is {checkpoint.attempt}")
+    if checkpoint.state is State.STALLED:
+        return Stalled(ledger.config.name, checkpoint)
     recorded = ledger.attempt(checkpoint_id, attempt)
     log.info("attempt %s of checkpoint %s aborted (%s); a retry runs the same ranges", attempt, checkpoint_id,
              recorded.reason)

@@ -66,11 +66,14 @@ _FITS = {"order_id": (str,), "sku": (str,), "qty": (int,), "price": (int, float)
 def order_row(record) -> dict | None:
     """The demo's parse and transform in Python, for the oracle (tests/oracle.py): the row
     a record (`.value`, the value's bytes) becomes, or None for a record that is no order
-    (a dead letter): every field of the value schema is required and must fit its type;
-    `prepare` adds the minute (ts truncated to the minute) and revenue (qty * price)."""
+    (a dead letter): every field of the value schema is required and must fit its type,
+    and no text may hold a NUL (PostgreSQL text cannot); `prepare` adds the minute (ts
+    truncated to the minute) and revenue (qty * price)."""
     try:
         v = json.loads(record.value)
         if not all(type(v[f]) in types for f, types in _FITS.items()):
+            return None
+        if any("\x00" in v[f] for f in _FITS if isinstance(v[f], str)):
             return None
         row = {"order_id": v["order_id"], "sku": v["sku"], "qty": v["qty"], "price": Decimal(str(v["price"])),
                "ts": datetime.fromisoformat(v["ts"].replace("Z", "+00:00"))}

@@ -1,5 +1,6 @@
 """Writes N sample orders to the demo topic: most in committed transactions, some in
-aborted ones, a few malformed. Orders are stamped with the time they are produced:
+aborted ones, a few malformed, a few poison (valid JSON that fits the schema, but a NUL
+character in the sku, which PostgreSQL text cannot hold). Orders are stamped with the time they are produced:
 Kafka stamps transaction markers with the wall clock too, and offsets_for_times
 stops at the first marker past an interval's end, so back-dated records would be
 cut at the first marker.
@@ -25,6 +26,7 @@ SKUS = [f"sku-{i:03d}" for i in range(50)]
 TRANSACTION = 500       # records per Kafka transaction
 ABORT_EVERY = 7         # every 7th transaction is aborted
 MALFORMED_EVERY = 997   # every 997th record is not a valid order
+POISON_EVERY = 1009     # every 1009th order's sku holds a NUL character
 
 
 def ensure_topic(servers: str, topic: str = TOPIC) -> None:
@@ -39,6 +41,8 @@ def order(i: int, rng: random.Random, when: datetime) -> tuple[bytes, bytes]:
     sku = rng.choice(SKUS)
     if i % MALFORMED_EVERY == MALFORMED_EVERY - 1:
         return sku.encode(), b'{"order_id": "broken", "qty": "many"}'
+    if i % POISON_EVERY == POISON_EVERY - 1:
+        sku = sku[:4] + "\\u0000" + sku[4:]  # JSON's escape: the parsed sku holds a NUL
     id_prefix, ts = _stamps(when)
     value = (f'{{"order_id": "{id_prefix}{i}", "sku": "{sku}", "qty": {rng.randint(1, 9)}, '
              f'"price": {round(rng.uniform(1, 100), 2)!r}, "ts": "{ts}"}}')

@@ -32,20 +32,23 @@ from pyspark.sql import DataFrame, SparkSession
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once import db
 from exactly_once.config import PipelineConfig
-from exactly_once.increment import (KAFKA_COLUMNS, kafka_source_options, parse, read_ranges, sink_frames,
-                                    write_jdbc)
+from exactly_once.frames import attempt_frames, parse
+from exactly_once.increment import KAFKA_COLUMNS, kafka_source_options, read_ranges
+from exactly_once.row_checks import ColumnType
+from exactly_once.staging import write_jdbc
 from exactly_once.kafka_offsets import bootstrap_servers
 from exactly_once.tables import DEAD_LETTERS
 from exactly_once.planning import OffsetRange
 from exactly_once.protocol import Ledger
 
 
-def write_final(records: DataFrame, config: PipelineConfig, schema: str, columns: dict[str, list[str]]) -> None:
-    """Parses the records once (cached, as the increment job does) and writes every sink's
-    rows into its final table."""
+def write_final(records: DataFrame, config: PipelineConfig, schema: str,
+                columns: dict[str, list[ColumnType]]) -> None:
+    """Parses the records once (cached, as the increment job does), checks them as it does,
+    and writes every sink's rows into its final table."""
     parsed = parse(records, config).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        for name, frame in sink_frames(parsed, config, columns).items():
+        for name, frame in attempt_frames(parsed, config, columns).staging.items():
             table = f"{schema}.dead_letters" if name == DEAD_LETTERS else config.sink(name).table
             write_jdbc(frame, table, db.jdbc_options(db.url()))
     finally:

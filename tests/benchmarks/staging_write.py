@@ -37,7 +37,7 @@ def main(sizes: list[int]) -> None:
     os.environ.update(process_environment())
     sys.path.insert(0, "plugins")
     from exactly_once.db import jdbc_options
-    from exactly_once.increment import write_jdbc, write_staging
+    from exactly_once.staging import write_jdbc, write_staging
     from exactly_once.migrate import migrate
 
     url = os.environ["PIPELINE_DB_URL"]

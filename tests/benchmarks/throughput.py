@@ -176,7 +176,7 @@ class Bench:
         append = next(s for s in self.config.sinks if s.mode == "append")
         target = sql.Identifier(self.limits_schema, "final_orders")
         self.execute(Q["create_like_final"], table=target, final=final_table(append))
-        columns = sql.SQL(", ").join(map(sql.Identifier, self.ledger.final_columns()[append.name]))
+        columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in self.ledger.final_columns()[append.name])
         with Stopwatch() as insert_select:
             self.execute(Q["insert_select"], table=target, source=limits[append.name], columns=columns)
         return copy, insert_select.seconds, staged[append.name]
@@ -186,7 +186,7 @@ class Bench:
     def check_peers_equal(self) -> None:
         """Every final table of the peers holds the checkpoint's rows (count and checksum), or
         their figures are not comparable."""
-        columns = self.ledger.final_columns()
+        columns = {sink: [c.name for c in types] for sink, types in self.ledger.final_columns().items()}
         differ = []
         for sink in self.config.sinks:
             digests = {v: self.digest(sql.Identifier(self.schemas[v], sink.schema_and_table[1]), columns[sink.name])

@@ -14,7 +14,8 @@ import pytest
 
 from exactly_once.db import jdbc_options
 from exactly_once.faults import ENV as FAULTS, InjectedFault
-from exactly_once.increment import BadRecords, run_attempt
+from exactly_once.increment import run_attempt
+from exactly_once.staging import BadRecords
 from exactly_once.checkpoints import Outcome
 from exactly_once.errors import Fenced
 from exactly_once.tables import DEAD_LETTER_STAGING, qualified, staging_table

@@ -6,3 +6,16 @@ from pyspark.sql import DataFrame, functions as F
 def measures(rows: DataFrame) -> DataFrame:
     """The harness pipeline's aggregate measures, each folded from `n`."""
     return rows.withColumns({"total": F.col("n"), "smallest": F.col("n"), "largest": F.col("n")})
+
+
+def refuses_one_order(rows: DataFrame) -> DataFrame:
+    """The poison pipeline's transform: a Python UDF that raises on the order with id
+    'raises' (a transform failing on one record), and the aggregate's `quantity`."""
+
+    @F.udf("string")
+    def priced(order_id: str) -> str:
+        if order_id == "raises":
+            raise ValueError(f"cannot price order {order_id}")
+        return order_id
+
+    return rows.withColumns({"id": priced("id"), "quantity": F.col("qty")})

@@ -29,7 +29,7 @@ def test_table_aligns_columns_under_a_rule():
 def test_render_shows_last_commit_lag_open_checkpoints_gaps_and_history():
     committed = summary(7, "committed", 1500, [OffsetRange("orders", 0, 0, 520), OffsetRange("orders", 2, 0, 990)])
     open_one = summary(8, "precommitted", 300, [OffsetRange("orders", 1, 0, 300)])
-    status = PipelineStatus("orders", LastCommit(7, "run-7", T, T, 1500),
+    status = PipelineStatus("orders", (), LastCommit(7, "run-7", T, T, 1500),
                             (PartitionLag("orders", 0, 520, 520), PartitionLag("orders", 1, 0, 300)),
                             (open_one,), (Gap(OffsetRange("orders", 1, 0, 5), 6, T),), (open_one, committed))
     text = render(status)
@@ -43,7 +43,7 @@ def test_render_shows_last_commit_lag_open_checkpoints_gaps_and_history():
 
 
 def test_render_says_none_where_there_is_nothing():
-    text = render(PipelineStatus("orders", None, (), (), (), ()))
+    text = render(PipelineStatus("orders", (), None, (), (), (), ()))
     assert "last committed checkpoint: none" in text
     assert "open checkpoints: none" in text
     assert "gaps (offsets lost to retention): none" in text

@@ -9,9 +9,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once import tasks
-from exactly_once.checkpoints import AttemptState, State
-from exactly_once.errors import AttemptFailed, Fenced, NotPreCommitted, StagedDataChanged
+from exactly_once.checkpoints import AttemptState, Outcome, State
+from exactly_once.errors import AttemptFailed, Fenced, NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
 from exactly_once.increment import execute_attempt
+from exactly_once.isolation import NotIsolated
+from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_error
 from exactly_once.planning import DataLossError
 from exactly_once.registration import SinkTableError
@@ -88,8 +90,8 @@ def test_a_lost_job_is_aborted_and_retried_on_the_same_ranges(pipeline):
     pipeline.assert_exact()
 
 
-def test_a_job_that_records_a_failure_no_retry_fixes_fails_its_task_without_retry(spark, ledger_db, kafka_servers,
-                                                                                   topic):
+def test_a_job_that_records_a_failure_no_retry_fixes_stalls_and_fails_its_task_without_retry(spark, ledger_db,
+                                                                                              kafka_servers, topic):
     pipeline = Pipeline(ledger_db, kafka_servers, topic, transform=TRANSFORM, on_bad_record="fail")
     pipeline.produce([(True, [(2, None, b"{not json")])])
     checkpoint_id = pipeline.begin().checkpoint.id
@@ -99,12 +101,41 @@ def test_a_job_that_records_a_failure_no_retry_fixes_fails_its_task_without_retr
         attempt = int(arguments[arguments.index("--attempt") + 1])
         execute_attempt(spark, pipeline.ledger, checkpoint_id, attempt, kafka_servers, ledger_db)
 
-    with pytest.raises(AttemptFailed, match=rf"BadRecords: .*{topic}\[2\]@{offset}: value is not valid JSON") as e:
+    with pytest.raises(Stalled, match=rf"BadRecords: .*{topic}\[2\]@{offset}: value is not valid JSON") as e:
         tasks.run_increment(pipeline.ledger, checkpoint_id, in_process)
     assert after_error(e.value) is TaskOutcome.FAIL
     recorded = pipeline.ledger.attempt(checkpoint_id, 1)
     assert (recorded.state, recorded.retryable) == (AttemptState.ABORTED, False)
-    assert pipeline.ledger.checkpoint(checkpoint_id).state is State.PLANNED  # its ranges stay frozen
+    assert pipeline.ledger.checkpoint(checkpoint_id).state is State.STALLED  # its ranges stay frozen
+
+
+def failing(message: str):
+    def execute(arguments: list[str]) -> None:
+        raise RuntimeError(message)
+    return execute
+
+
+def test_three_failures_of_one_cause_stall_the_checkpoint_and_a_cleared_task_resumes_it(pipeline):
+    checkpoint_id = begun(pipeline)
+    for message in ("disk full", "executor lost in stage 3", "executor lost in stage 7"):  # 2 of one cause
+        with pytest.raises(AttemptFailed) as failed:
+            tasks.run_increment(pipeline.ledger, checkpoint_id, failing(message))
+        assert after_error(failed.value) is TaskOutcome.RETRY
+    assert pipeline.ledger.checkpoint(checkpoint_id).state is State.PLANNED
+
+    with pytest.raises(Stalled, match=rf"checkpoint {checkpoint_id} .*last error: Spark job failed: executor lost "
+                                      r"in stage 9") as stalled:
+        tasks.run_increment(pipeline.ledger, checkpoint_id, failing("executor lost in stage 9"))
+    assert after_error(stalled.value) is TaskOutcome.FAIL
+    assert pipeline.ledger.checkpoint(checkpoint_id).state is State.STALLED
+    with pytest.raises(Stalled):
+        pipeline.begin("a later run")
+    with KafkaOffsets(pipeline.servers) as kafka:  # the stalled run itself may be cleared from its first task
+        assert pipeline.ledger.begin("run1", None, None, kafka).checkpoint.id == checkpoint_id
+
+    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute) == 5  # a cleared task
+    assert pipeline.ledger.commit(checkpoint_id) is Outcome.COMMITTED
+    pipeline.assert_exact()
 
 
 @pytest.mark.parametrize("error, outcome", [
@@ -112,6 +143,8 @@ def test_a_job_that_records_a_failure_no_retry_fixes_fails_its_task_without_retr
     (SinkTableError("sink 'x': final table x does not exist"), TaskOutcome.FAIL),
     (StagedDataChanged("changed"), TaskOutcome.FAIL),
     (NotPreCommitted("not yet"), TaskOutcome.FAIL),
+    (PromotionRefused("a final table refused staged rows at commit"), TaskOutcome.FAIL),
+    (NotIsolated("no record fails on its own"), TaskOutcome.FAIL),
     (ConnectionError("database restarting"), TaskOutcome.RETRY),
 ])
 def test_known_failures_fail_without_retry_and_unknown_ones_retry(error, outcome):

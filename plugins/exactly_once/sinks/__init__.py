@@ -37,6 +37,10 @@ class SinkMode(Protocol):
     def required_columns(self, sink: Sink) -> frozenset[str]:
         """Columns the final table must have."""
 
+    def record_columns(self, sink: Sink, columns: list[str]) -> list[str]:
+        """The final table's columns that take a value from each record's row (what the row
+        checks look at): all of them, but for an aggregate its keys and folded measures."""
+
     def staging_rows(self, rows: DataFrame, sink: Sink, columns: list[str]) -> DataFrame:
         """The sink's staging rows from the transformed records (Spark); `columns` are the final table's."""
 

@@ -33,13 +33,16 @@ class Aggregate:
     def required_columns(self, sink) -> frozenset[str]:
         return frozenset((*sink.keys, *sink.measures))
 
+    def record_columns(self, sink, columns) -> list[str]:
+        return [*sink.keys, *(m for m, how in sink.measures.items() if how != "count")]
+
     def staging_rows(self, rows, sink, columns):
         """One pre-aggregated row per group: count counts rows, sum/min/max fold the column
         of the measure's name."""
         from pyspark.sql import functions as F
 
         folds = {"count": lambda _: F.count(F.lit(1)), "sum": F.sum, "min": F.min, "max": F.max}
-        require_columns(rows, sink, [*sink.keys, *(m for m, how in sink.measures.items() if how != "count")])
+        require_columns(rows, sink, self.record_columns(sink, columns))
         return rows.groupBy(*sink.keys).agg(*(folds[how](m).alias(m) for m, how in sink.measures.items()))
 
     def promote(self, sink, staging, columns) -> sql.Composed:

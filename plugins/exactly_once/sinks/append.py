@@ -24,6 +24,9 @@ class Append:
     def required_columns(self, sink) -> frozenset[str]:
         return COORDINATES
 
+    def record_columns(self, sink, columns) -> list[str]:
+        return columns
+
     def staging_rows(self, rows, sink, columns):
         require_columns(rows, sink, columns)
         return rows.select(*columns)

@@ -24,6 +24,9 @@ class Upsert:
     def required_columns(self, sink) -> frozenset[str]:
         return frozenset((*sink.keys, KAFKA_PARTITION, KAFKA_OFFSET))
 
+    def record_columns(self, sink, columns) -> list[str]:
+        return columns
+
     def staging_rows(self, rows, sink, columns):
         from pyspark.sql import functions as F
 
