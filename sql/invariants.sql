@@ -69,12 +69,13 @@ GROUP BY p.id, p.precommitted_at;
 
 -- name: staging_left_behind
 -- {staging}: one sink's staging table. Rows belong only to a running checkpoint's
--- current attempt or to a pre-committed one; anything else was not cleaned up.
+-- current attempt (or its probes, tagged with its negative) or to a pre-committed one;
+-- anything else was not cleaned up.
 SELECT format('%%s: %%s rows of checkpoint %%s attempt %%s left behind (checkpoint %%s, current attempt %%s)',
               %(sink)s, count(*), s.checkpoint_id, s.attempt, k.state, k.attempt)
 FROM {staging} s
 JOIN exactly_once.checkpoints k ON k.id = s.checkpoint_id
 WHERE k.pipeline = %(pipeline)s
-  AND NOT (k.state = 'running' AND s.attempt = k.attempt)
+  AND NOT (k.state = 'running' AND abs(s.attempt) = k.attempt)
   AND NOT (k.state = 'precommitted' AND s.attempt = k.precommitted_attempt)
 GROUP BY s.checkpoint_id, s.attempt, k.state, k.attempt;

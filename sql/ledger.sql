@@ -45,13 +45,14 @@ WHERE checkpoint_id = %(checkpoint_id)s AND (%(attempt)s::int IS NULL OR attempt
 
 -- name: delete_stale_staging
 -- Staging rows that no commit can promote: written late by a fenced (zombie) attempt or
--- left by one that crashed. Live rows belong to a running checkpoint's current attempt or
+-- left by one that crashed. Live rows belong to a running checkpoint's current attempt
+-- (tagged with its number, or its negative while it probes: exactly_once.staging) or
 -- to the pre-committed attempt; each statement sees one snapshot of both tables, and an
 -- attempt writes only after start_attempt committed, so live rows are never matched.
 DELETE FROM {staging} s
 USING exactly_once.checkpoints k
 WHERE k.id = s.checkpoint_id AND k.pipeline = %(pipeline)s
-  AND NOT (k.state = 'running' AND s.attempt = k.attempt)
+  AND NOT (k.state = 'running' AND abs(s.attempt) = k.attempt)
   AND NOT (k.state = 'precommitted' AND s.attempt = k.precommitted_attempt);
 
 -- name: checkpoint

@@ -26,7 +26,7 @@ SKUS = [f"sku-{i:03d}" for i in range(50)]
 TRANSACTION = 500       # records per Kafka transaction
 ABORT_EVERY = 7         # every 7th transaction is aborted
 MALFORMED_EVERY = 997   # every 997th record is not a valid order
-POISON_EVERY = 1009     # every 1009th order's sku holds a NUL character
+POISON_EVERY = 499      # every 499th order's sku holds a NUL character (one per batch of 500)
 
 
 def ensure_topic(servers: str, topic: str = TOPIC) -> None:

@@ -115,7 +115,8 @@ class World:
     # -- records ----------------------------------------------------------------------
 
     def produce(self, n: int) -> None:
-        """N demo orders in transactions of 500, every 7th aborted, every 997th malformed."""
+        """N demo orders in transactions of 500, every 7th aborted, every 997th malformed,
+        every 499th with a NUL in its sku (a dead letter)."""
         produce(self.servers, n, seed=self.seed * 1000 + self._produced, topic=self.name)
         self._produced += 1
         read = committed_orders(self.servers, self.name, self._read_up_to)
