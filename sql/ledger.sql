@@ -210,3 +210,13 @@ SELECT pipeline FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s;
 -- Constraints and triggers of a table that can refuse rows whose values fit its columns.
 SELECT (SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%(table)s) AND contype IN ('c', 'f', 'x'))
      + (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(%(table)s) AND NOT tgisinternal);
+
+-- name: refused_at_commit
+-- Whether an attempt of this checkpoint, or of the one whose released ranges it plans
+-- again, was sent back because a final table refused its rows at commit.
+SELECT EXISTS (
+    SELECT 1 FROM exactly_once.attempts a
+    WHERE a.reason LIKE %(prefix)s
+      AND (a.checkpoint_id = %(checkpoint_id)s
+           OR a.checkpoint_id IN (SELECT r.checkpoint_id FROM exactly_once.checkpoint_ranges r
+                                  WHERE r.replanned_by = %(checkpoint_id)s)));

@@ -22,7 +22,7 @@ from airflow.sdk import task
 from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once import tasks
-from exactly_once.config import PipelineConfig
+from exactly_once.config import ConfigError, PipelineConfig
 from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
 from exactly_once.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.protocol import Ledger
@@ -73,7 +73,13 @@ class IncrementOperator(SparkSubmitOperator):
 
 def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_retries: int = 4):
     """The three tasks of a pipeline run, chained; call inside a DAG. A failed attempt is
-    retried on the same frozen ranges (Flink's restart strategy), with back-off."""
+    retried on the same frozen ranges (Flink's restart strategy), with back-off. The
+    increment's tries must reach the pipeline's `stall_after`, or a failure that persists
+    would end each run without stalling its checkpoint."""
+    if config.stall_after > increment_retries + 1:
+        raise ConfigError(f"pipeline {config.name!r}: stall_after {config.stall_after} exceeds the increment "
+                          f"task's {increment_retries + 1} tries (increment_retries + 1): a failure that persists "
+                          "would never stall its checkpoint")
 
     @task.short_circuit(task_id="begin_checkpoint")
     def begin_checkpoint(**context) -> int | None:

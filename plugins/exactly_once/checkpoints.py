@@ -101,8 +101,9 @@ class Attempt:
 
 def cause(reason: str) -> str:
     """What two failures must share to count as the same cause: the reason without its
-    numbers (attempt and checkpoint ids, Spark stage and task ids, timings)."""
-    return re.sub(r"\d+", "#", reason)
+    numbers and hex ids (attempt and checkpoint ids, Spark stage and task ids, timings,
+    UUIDs, object addresses)."""
+    return re.sub(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F-]*\d[0-9a-fA-F-]*\b|\d+", "#", reason)
 
 
 def stalls(failures: list[Attempt], stall_after: int) -> bool:

@@ -78,8 +78,11 @@ class StagedDataChanged(SentBack):
 
 
 class PromotionRefused(SentBack):
-    """A final table refused staged rows at commit (its data changed since the attempt's
-    trial promotion); the next attempt isolates the records at fault."""
+    """A final table refused staged rows at commit (a table without constraints the attempt
+    knew of, or whose data changed since its trial promotion). The checkpoint's ranges
+    run again, promoting every sink on trial, so the records at fault are isolated."""
+
+    PREFIX = "a final table refused staged rows at commit"  # how its attempt's recorded reason begins
 
 
 class NotPreCommitted(ProtocolError):
@@ -98,7 +101,7 @@ class Stalled(ProtocolError):
         ranges = ", ".join(r.label for r in checkpoint.ranges if r.size)
         super().__init__(
             f"pipeline {pipeline!r} is stalled: checkpoint {checkpoint.id} (DAG run {checkpoint.dag_run_id}, ranges "
-            f"{ranges}) keeps failing; last error: {checkpoint.reason}. Fix the cause, then clear its increment "
+            f"{ranges}) keeps failing; last error: {(checkpoint.reason or '').rstrip('.')}. Fix the cause, then clear its increment "
             f"task (or run `python -m exactly_once.stalls retry {checkpoint.id}`), or dead-letter the records at "
             f"fault: `python -m exactly_once.stalls dead-letter {pipeline} 'TOPIC[PARTITION]@FROM..TO' "
             "--reason WHY`")

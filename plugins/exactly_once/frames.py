@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -94,6 +95,7 @@ def _refused(checked: DataFrame) -> DataFrame:
 class AttemptFrames:
     staging: dict[str, DataFrame]   # what each sink stages, and the dead letters under DEAD_LETTERS
     bad: DataFrame                  # where and why records are bad (not those set aside): for `fail`
+    refused: DataFrame              # cached: unpersist when the frames are written
 
 
 def attempt_frames(parsed: DataFrame, config: PipelineConfig,
@@ -102,8 +104,11 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
     letters (with their raw key and value: a transform does not carry them). A row
     refused by one sink's table reaches no sink."""
     checked = checked_rows(parsed, config, columns)
-    accepted = checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
-    refused = _refused(checked)
+    # Cached: the dead letters and every sink read it. A transform may make several rows
+    # of one record; a record with one refused row reaches no sink at all.
+    refused = _refused(checked).persist(StorageLevel.MEMORY_AND_DISK)
+    accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
+                .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
     raw = parsed.where(F.col("reason").isNull()).select("topic", "partition", "offset", "key", "value")
     refused_raw = raw.join(F.broadcast(refused), (raw["topic"] == refused[KAFKA_TOPIC])
                            & (raw["partition"] == refused[KAFKA_PARTITION]) & (raw["offset"] == refused[KAFKA_OFFSET]))
@@ -116,4 +121,4 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
         {DEAD_LETTERS: unparsed.select(*letter).unionByName(refused_raw.select(*letter)),
          **{sink.name: sink.strategy.staging_rows(accepted, sink, [c.name for c in columns[sink.name]])
             for sink in config.sinks}},
-        bad)
+        bad, refused)

@@ -22,6 +22,12 @@ from exactly_once.errors import Permanent
 from exactly_once.planning import OffsetRange
 
 RECORD_SQLSTATE_CLASSES = ("22", "23", "38", "P0")
+# Python errors of the environment, not of a record, though a UDF raised them (class 38).
+ENVIRONMENT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "MemoryError", "OSError", "ConnectionError",
+                                "ConnectionRefusedError", "ConnectionResetError", "BrokenPipeError", "TimeoutError",
+                                "PermissionError", "FileNotFoundError", "EOFError"})
+# Spark error classes of the environment whose SQLSTATE is in a record's classes.
+ENVIRONMENT_SPARK_ERRORS = ("[KAFKA_DATA_LOSS",)
 # Beyond these, the cause is not in a few records (a wrong table, a transform failing on
 # every record): the attempt fails naming the first ones, and the checkpoint stalls.
 MAX_ISOLATED = 20
@@ -55,13 +61,18 @@ def _sqlstate(error: BaseException) -> tuple[str | None, str]:
     while java is not None:
         state = _call(java, "getSQLState")
         if state:
-            return state, _server_message(str(_call(java, "getMessage") or ""))
+            server = _call(java, "getNextException") or java  # a batch's own error is its next exception
+            return state, _server_message(str(_call(server, "getMessage") or ""))
         java = _call(java, "getCause")
     state = _call(error, "getSqlState")  # pyspark's captured exceptions (the transform, Spark SQL)
     if state:
         text = str(error).strip()
+        if text.startswith(ENVIRONMENT_SPARK_ERRORS):
+            return None, text
         if raised_by_user_code(state):  # a Python traceback: its last line is the exception raised
             text = text.splitlines()[-1]
+            if text.split(":", 1)[0].rsplit(".", 1)[-1] in ENVIRONMENT_ERRORS:
+                return None, text
         return state, re.sub(r"\s*SQLSTATE: \w+.*", "", text.splitlines()[0], flags=re.S)
     return None, str(error)
 
@@ -75,7 +86,7 @@ def _call(obj, method: str):
 
 def _server_message(text: str) -> str:
     """PostgreSQL's own message from pgjdbc's text ("ERROR: …  Detail: …  Where: …")."""
-    found = re.search(r"ERROR: (.*?)(?:\n|\s{2}(?:Detail|Hint|Where|Position):|$)", text)
+    found = re.search(r"ERROR: (.*?)(?:\n|\s{2}(?:Detail|Hint|Where|Position|Call getNextException)|$)", text)
     return found.group(1).strip() if found else text.strip().splitlines()[0]
 
 

@@ -13,6 +13,7 @@ from psycopg2 import sql
 
 from exactly_once.checkpoints import Attempt, AttemptState, Checkpoint, Staged, State
 from exactly_once.config import PipelineConfig, Sink
+from exactly_once.errors import PromotionRefused
 from exactly_once.planning import OffsetRange, PartitionPlan
 from exactly_once.sqlfiles import named
 from exactly_once.tables import final_table, staging_tables
@@ -191,6 +192,12 @@ class LedgerRows:
     def promotion(self, sink: Sink) -> sql.Composed:
         """The statement that merges the sink's staged rows of %(checkpoint_id)s/%(attempt)s into its final table."""
         return sink.strategy.promote(sink, self.staging[sink.name], self.columns(final_table(sink)))
+
+    def refused_at_commit(self, checkpoint_id: int) -> bool:
+        """Whether a final table refused a commit of this checkpoint, or of the checkpoint
+        whose released ranges it plans again."""
+        self.run("refused_at_commit", checkpoint_id=checkpoint_id, prefix=PromotionRefused.PREFIX + "%")
+        return self.cur.fetchone()[0]
 
     def may_refuse(self, sink: Sink) -> bool:
         """Whether the sink's final table can refuse rows whose values fit its columns: a

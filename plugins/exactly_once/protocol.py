@@ -169,14 +169,11 @@ class Ledger:
                 if staged == committable.staged:
                     self._promote(rows, committable)
                     return Outcome.COMMITTED
-        except psycopg2.Error as error:
-            failure = record_failure(error)
-            if failure is None:
-                raise
-            reason = f"a final table refused staged rows at commit: {failure[1]}"
-            self._send_back(checkpoint_id, committable.attempt, reason, failed=True)
-            raise PromotionRefused(f"checkpoint {checkpoint_id} not committed: {reason}; it is planned again and "
-                                   "its next attempt dead-letters the records at fault") from error
+        except PromotionRefused as refused:
+            self._send_back(checkpoint_id, committable.attempt, str(refused), failed=True)
+            raise PromotionRefused(f"checkpoint {checkpoint_id} not committed: {refused}; it is planned again, and "
+                                   "its next attempt promotes every sink on trial and dead-letters the records "
+                                   "at fault") from refused.__cause__
         changes = {name: (committable.staged.get(name), staged.get(name))
                    for name in set(committable.staged) | set(staged)
                    if committable.staged.get(name) != staged.get(name)}
@@ -192,7 +189,13 @@ class Ledger:
         now = self._clock()
         params = {"checkpoint_id": committable.checkpoint_id, "attempt": committable.attempt, "now": now}
         for sink in self.config.sinks:
-            rows.cur.execute(rows.promotion(sink), params)
+            try:
+                rows.cur.execute(rows.promotion(sink), params)
+            except psycopg2.Error as error:
+                failure = record_failure(error)
+                if failure is None:
+                    raise
+                raise PromotionRefused(f"{PromotionRefused.PREFIX}: sink {sink.name}: {failure[1]}") from error
         rows.cur.execute(text("merge/dead_letters.sql"), params)
         rows.run("promote_ranges", **params)
         rows.run("mark_committed", **params)

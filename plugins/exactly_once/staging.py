@@ -69,6 +69,7 @@ class _Refused(Exception):
             self.reason = None
         else:
             state, message = failure
+            message = message.replace("\x00", "\\x00")  # a dead letter's reason is text: no NUL
             self.reason = f"transform {transform}: {message}" if raised_by_user_code(state) else \
                 f"sink {sink}: {message}"
 
@@ -113,6 +114,9 @@ class Staging:
         if not isolated:
             raise NotIsolated(f"checkpoint {self.checkpoint_id}: {refused.reason}; no record fails on its own "
                               "(rows of several records together?)") from refused.__cause__
+        if len(isolated) > 1 and len(isolated) == parsed.where("reason IS NULL").count():
+            raise NotIsolated(f"checkpoint {self.checkpoint_id}: every record fails on its own, so the cause is "
+                              f"not in the records: {describe(isolated)}") from refused.__cause__
         if self.config.on_bad_record == "fail":
             raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint {self.checkpoint_id}: "
                              + describe(isolated))
@@ -127,20 +131,23 @@ class Staging:
         frames = attempt_frames(parsed, self.config, self.columns)
         staging = {name: frame.coalesce(1) if probing else frame for name, frame in frames.staging.items()
                    if not (probing and name == DEAD_LETTERS)}
-        if self.config.on_bad_record == "fail":
-            first = frames.bad.limit(5).collect()
-            if first:
-                raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
-                                 f"{self.checkpoint_id} read "
-                                 + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
         written = {}
-        for name, frame in staging.items():
-            try:
-                written[name] = write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc,
-                                              self.checkpoint_id, tag)
-            except Exception as error:
-                raise _Refused(name, error, self.config.transform) from error
-            faults.point(f"increment.wrote.{name}")
+        try:
+            if self.config.on_bad_record == "fail":
+                first = frames.bad.limit(5).collect()
+                if first:
+                    raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
+                                     f"{self.checkpoint_id} read "
+                                     + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
+            for name, frame in staging.items():
+                try:
+                    written[name] = write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc,
+                                                  self.checkpoint_id, tag)
+                except Exception as error:
+                    raise _Refused(name, error, self.config.transform) from error
+                faults.point(f"increment.wrote.{name}")
+        finally:
+            frames.refused.unpersist()
         if self.refusing:
             refused = self._trial_promote(tag)
             if refused is not None:
@@ -169,8 +176,11 @@ class Staging:
     def _may_refuse(self) -> list[Sink]:
         """The sinks whose final tables can refuse rows that pass the row checks: a CHECK,
         foreign key or exclusion constraint, a trigger, or a unique index besides the one
-        the merge conflicts on."""
+        the merge conflicts on; every sink once a commit of these ranges was refused (an
+        aggregate's sum beyond its column, say)."""
         with self.ledger.rows() as rows:
+            if rows.refused_at_commit(self.checkpoint_id):  # a table refused what no trial had tried
+                return list(self.config.sinks)
             return [sink for sink in self.config.sinks if rows.may_refuse(sink)]
 
     def _trial_promote(self, tag: int) -> tuple[str, Exception] | None:

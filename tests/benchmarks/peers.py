@@ -47,11 +47,13 @@ def write_final(records: DataFrame, config: PipelineConfig, schema: str,
     """Parses the records once (cached, as the increment job does), checks them as it does,
     and writes every sink's rows into its final table."""
     parsed = parse(records, config).persist(StorageLevel.MEMORY_AND_DISK)
+    frames = attempt_frames(parsed, config, columns)
     try:
-        for name, frame in attempt_frames(parsed, config, columns).staging.items():
+        for name, frame in frames.staging.items():
             table = f"{schema}.dead_letters" if name == DEAD_LETTERS else config.sink(name).table
             write_jdbc(frame, table, db.jdbc_options(db.url()))
     finally:
+        frames.refused.unpersist()
         parsed.unpersist()
 
 

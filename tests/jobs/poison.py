@@ -30,8 +30,9 @@ CREATE SCHEMA {s};
 CREATE TABLE {s}.latest (sku varchar(8) PRIMARY KEY, price numeric(6,2) NOT NULL,
     kafka_partition int NOT NULL, kafka_offset bigint NOT NULL);
 CREATE TABLE {s}.per_sku (sku varchar(8) PRIMARY KEY, orders bigint NOT NULL, quantity bigint NOT NULL);
+CREATE DOMAIN {s}.quantity AS int CHECK (VALUE <> -1);
 CREATE TABLE {s}.orders (id text NOT NULL, sku varchar(8) NOT NULL, note text NOT NULL,
-    price numeric(6,2) NOT NULL, at timestamptz NOT NULL, qty int NOT NULL CHECK (qty < 1000),
+    price numeric(6,2) NOT NULL, at timestamptz NOT NULL, qty {s}.quantity NOT NULL CHECK (qty < 1000),
     kafka_topic text NOT NULL, kafka_partition int NOT NULL, kafka_offset bigint NOT NULL,
     UNIQUE (kafka_topic, kafka_partition, kafka_offset));
 CREATE FUNCTION {s}.refuse_cursed() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -10,6 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once import tasks
 from exactly_once.checkpoints import AttemptState, Outcome, State
+from exactly_once.config import ConfigError
 from exactly_once.errors import AttemptFailed, Fenced, NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
 from exactly_once.increment import execute_attempt
 from exactly_once.isolation import NotIsolated
@@ -159,3 +160,12 @@ def test_the_airflow_tasks_fail_without_retry_exactly_where_the_outcome_says(sta
     with pytest.raises(ConnectionError), airflow_outcome():
         raise ConnectionError("database restarting")
 
+
+
+def test_a_dag_whose_increment_tries_cannot_reach_stall_after_is_refused(stack_env, ledger_db, kafka_servers,
+                                                                         topic):
+    from exactly_once.airflow_tasks import checkpoint_tasks
+
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, stall_after=4)
+    with pytest.raises(ConfigError, match="stall_after 4 exceeds the increment task's 3 tries"):
+        checkpoint_tasks(pipeline.config)
