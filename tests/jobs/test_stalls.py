@@ -14,8 +14,9 @@ import psycopg2
 import pytest
 
 from exactly_once import tasks
-from exactly_once.checkpoints import State
-from exactly_once.errors import Stalled
+from exactly_once.checkpoints import Outcome, State
+from exactly_once.errors import PromotionRefused, Stalled
+from exactly_once.invariants import violations
 from tests.jobs.poison import Orders, order, valid_orders
 
 
@@ -96,3 +97,29 @@ def test_an_operator_dead_letters_a_range_isolation_cannot_and_the_pipeline_move
     assert (action, acted_range, why) == ("dead_letter", bad, "duplicate order id")
     again = cli("exactly_once.stalls", "dead-letter", orders.config.name, bad, "--reason", "again")
     assert again.returncode != 0 and "committed" in again.stderr
+
+
+def test_a_sum_beyond_its_column_refused_at_commit_is_tried_again_and_stalls_instead_of_looping(spark, ledger_db,
+                                                                                                kafka_servers, topic):
+    # per_sku has no constraint, so no attempt promotes it on trial; plum's sum crosses int's limit at commit.
+    orders = Orders(ledger_db, kafka_servers, topic, extra_ddl="ALTER TABLE {s}.per_sku ALTER quantity TYPE int; "
+                                                              "INSERT INTO {s}.per_sku VALUES ('plum', 1, 2147483640);")
+    orders.produce(valid_orders(0, 12))  # plum: orders 2, 5, 8, 11 with quantities 2, 5, 1, 4
+    first = orders.begin()
+    orders.increment(spark, first)
+    with pytest.raises(PromotionRefused, match="sink per_sku: integer out of range"):
+        tasks.commit_checkpoint(orders.ledger, first, 1)
+
+    second = orders.begin()  # recovery releases its ranges; this run plans them again
+    assert second != first and orders.ledger.checkpoint(first).state is State.ABORTED
+    with pytest.raises(Stalled, match="sink per_sku: integer out of range; no record fails on its own"):
+        orders.increment(spark, second)  # every sink on trial now: no single plum order overflows
+    assert orders.ledger.checkpoint(second).state is State.STALLED
+
+    sql(orders, f"ALTER TABLE {orders.config.sink('per_sku').table} ALTER quantity TYPE bigint")
+    orders.increment(spark, second)  # the operator widened the column and cleared the task
+    assert tasks.commit_checkpoint(orders.ledger, second, 1) is Outcome.COMMITTED
+    assert sql(orders, f"SELECT orders, quantity FROM {orders.config.sink('per_sku').table} WHERE sku = 'plum'") == \
+        [(5, 2147483652)]
+    with closing(psycopg2.connect(ledger_db)) as conn:
+        assert violations(conn, orders.config) == []
