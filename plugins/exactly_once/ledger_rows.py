@@ -22,22 +22,25 @@ Q = named("ledger.sql")
 Partition = tuple[str, int]  # (topic, partition)
 
 
-def registered_config(cur, pipeline: str) -> dict:
-    """The pipeline's configuration as last registered."""
-    cur.execute(Q["pipeline_config"], {"pipeline": pipeline})
+def _one(cur, statement: str, params: dict, missing: str):
+    """The one value a named statement returns; LookupError(`missing`) when it finds no row."""
+    cur.execute(Q[statement], params)
     row = cur.fetchone()
     if row is None:
-        raise LookupError(f"pipeline {pipeline!r} is not registered in the ledger")
+        raise LookupError(missing)
     return row[0]
+
+
+def registered_config(cur, pipeline: str) -> dict:
+    """The pipeline's configuration as last registered."""
+    return _one(cur, "pipeline_config", {"pipeline": pipeline},
+                f"pipeline {pipeline!r} is not registered in the ledger")
 
 
 def pipeline_of(cur, checkpoint_id: int) -> str:
     """The pipeline a checkpoint belongs to."""
-    cur.execute(Q["pipeline_of_checkpoint"], {"checkpoint_id": checkpoint_id})
-    row = cur.fetchone()
-    if row is None:
-        raise LookupError(f"checkpoint {checkpoint_id} does not exist")
-    return row[0]
+    return _one(cur, "pipeline_of_checkpoint", {"checkpoint_id": checkpoint_id},
+                f"checkpoint {checkpoint_id} does not exist")
 
 
 def _attempt(row: tuple) -> Attempt:
