@@ -15,7 +15,9 @@ JOIN exactly_once.committed_ranges b
 WHERE a.pipeline = %(pipeline)s;
 
 -- name: committed_ranges_not_contiguous
--- Committed ranges and recorded gaps tile each partition from the pipeline's start offset.
+-- Committed ranges and recorded gaps tile each partition from the pipeline's start offset
+-- up to its frontier. Beyond it lie only ranges of backfill runs, each its interval's; the
+-- next run that is not a backfill takes what lies between them.
 WITH pieces AS (
     SELECT topic, partition, from_offset, to_offset, 'checkpoint ' || checkpoint_id AS what
     FROM exactly_once.committed_ranges WHERE pipeline = %(pipeline)s
@@ -30,7 +32,7 @@ SELECT format('%%s[%%s]: %%s starts at %%s, but the committed offsets before it 
               o.topic, o.partition, o.what, o.from_offset, coalesce(o.previous_end, s.start_offset))
 FROM ordered o
 JOIN exactly_once.partitions s ON s.pipeline = %(pipeline)s AND s.topic = o.topic AND s.partition = o.partition
-WHERE o.from_offset <> coalesce(o.previous_end, s.start_offset);
+WHERE o.from_offset < s.frontier AND o.from_offset <> coalesce(o.previous_end, s.start_offset);
 
 -- name: planned_offsets_stranded
 -- Every planned offset is committed, a recorded gap, or still owned by an open
@@ -39,8 +41,12 @@ WITH committed_end AS (
     SELECT s.topic, s.partition, s.frontier,
            greatest(s.start_offset, max(c.to_offset), max(g.to_offset)) AS covered
     FROM exactly_once.partitions s
-    LEFT JOIN exactly_once.committed_ranges c USING (pipeline, topic, partition)
-    LEFT JOIN exactly_once.gaps g USING (pipeline, topic, partition)
+    LEFT JOIN exactly_once.committed_ranges c
+           ON c.pipeline = s.pipeline AND c.topic = s.topic AND c.partition = s.partition
+          AND c.from_offset < s.frontier
+    LEFT JOIN exactly_once.gaps g
+           ON g.pipeline = s.pipeline AND g.topic = s.topic AND g.partition = s.partition
+          AND g.from_offset < s.frontier
     WHERE s.pipeline = %(pipeline)s
     GROUP BY s.topic, s.partition, s.frontier, s.start_offset
 )

@@ -74,22 +74,35 @@ SELECT id FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s AND dag_ru
 SELECT topic, partition, from_offset, to_offset
 FROM exactly_once.checkpoint_ranges
 WHERE checkpoint_id = %(checkpoint_id)s
-ORDER BY topic, partition;
+ORDER BY topic, partition, from_offset;
 
 -- name: partitions
 SELECT topic, partition, start_offset, frontier FROM exactly_once.partitions WHERE pipeline = %(pipeline)s;
 
+-- name: taken_ranges
+-- Live ranges and gaps reaching past their partition's frontier (below it every offset
+-- is planned): what a new plan must leave out.
+SELECT r.topic, r.partition, r.from_offset, r.to_offset
+FROM exactly_once.checkpoint_ranges r
+JOIN exactly_once.partitions s USING (pipeline, topic, partition)
+WHERE r.pipeline = %(pipeline)s AND NOT r.released AND r.to_offset > s.frontier
+UNION ALL
+SELECT g.topic, g.partition, g.from_offset, g.to_offset
+FROM exactly_once.gaps g
+JOIN exactly_once.partitions s USING (pipeline, topic, partition)
+WHERE g.pipeline = %(pipeline)s AND g.to_offset > s.frontier;
+
 -- name: released_ranges
--- Ranges of aborted checkpoints not yet planned again, the oldest per partition.
-SELECT DISTINCT ON (topic, partition) checkpoint_id, topic, partition, from_offset, to_offset
+-- Ranges of aborted checkpoints not yet planned again (the next plan takes them whole).
+SELECT topic, partition, from_offset, to_offset
 FROM exactly_once.checkpoint_ranges
 WHERE pipeline = %(pipeline)s AND released AND replanned_by IS NULL
 ORDER BY topic, partition, from_offset;
 
 -- name: insert_checkpoint
 INSERT INTO exactly_once.checkpoints
-    (pipeline, dag_run_id, interval_start, interval_end, state, lease_until, created_at, committed_at)
-VALUES (%(pipeline)s, %(dag_run_id)s, %(interval_start)s, %(interval_end)s,
+    (pipeline, dag_run_id, interval_start, interval_end, reach, state, lease_until, created_at, committed_at)
+VALUES (%(pipeline)s, %(dag_run_id)s, %(interval_start)s, %(interval_end)s, %(reach)s,
         %(state)s, %(lease_until)s, %(now)s, CASE WHEN %(state)s = 'committed' THEN %(now)s END)
 RETURNING id;
 
@@ -99,7 +112,8 @@ VALUES (%(checkpoint_id)s, %(pipeline)s, %(topic)s, %(partition)s, %(from_offset
 
 -- name: mark_replanned
 UPDATE exactly_once.checkpoint_ranges SET replanned_by = %(checkpoint_id)s
-WHERE checkpoint_id = %(released_from)s AND topic = %(topic)s AND partition = %(partition)s;
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s
+  AND released AND replanned_by IS NULL;
 
 -- name: set_frontier
 INSERT INTO exactly_once.partitions (pipeline, topic, partition, start_offset, frontier)

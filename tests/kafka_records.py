@@ -18,6 +18,7 @@ class Produced:
     key: bytes | None
     value: bytes
     committed: bool
+    timestamp: int = 0  # milliseconds since the epoch, as Kafka stamped the record
 
 
 def create_topic(servers: str, name: str, partitions: int) -> None:
@@ -33,8 +34,10 @@ def last_stable_offset(servers: str, topic: str, partition: int) -> int:
         consumer.close()
 
 
-def produce_transactions(servers: str, topic: str, transactions: list[tuple[bool, list[tuple[int, bytes | None, bytes]]]]
-                         ) -> list[Produced]:
+Record = tuple[int, bytes | None, bytes]  # (partition, key, value)
+
+
+def produce_transactions(servers: str, topic: str, transactions: list[tuple[bool, list[Record]]]) -> list[Produced]:
     """Produces each (commit?, [(partition, key, value), ...]) as one transaction.
 
     Aborted records are flushed to the broker before the abort, so they really
@@ -42,32 +45,55 @@ def produce_transactions(servers: str, topic: str, transactions: list[tuple[bool
     the last stable offset of every touched partition is past the records,
     i.e. when a read_committed reader can see all of them.
     """
-    producer = Producer({"bootstrap.servers": servers, "transactional.id": f"tests-{uuid.uuid4()}",
-                         "linger.ms": 5})
-    producer.init_transactions(30)
     produced: list[Produced] = []
     for commit, records in transactions:
-        delivered = []
-
-        def on_delivery(err, msg, delivered=delivered):
-            if err is not None:
-                raise KafkaException(err)
-            delivered.append(msg)
-
-        producer.begin_transaction()
-        for partition, key, value in records:
-            producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
-        producer.flush(30)
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
-        produced += [Produced(m.partition(), m.offset(), m.key(), m.value(), commit) for m in delivered]
-    _wait_until_stable(servers, topic, produced)
+        with OpenTransaction(servers, topic) as transaction:
+            transaction.produce(records)
+            produced += transaction.end(commit)
+    wait_until_stable(servers, topic, produced)
     return produced
 
 
-def _wait_until_stable(servers: str, topic: str, produced: list[Produced]) -> None:
+class OpenTransaction:
+    """A Kafka transaction a test keeps open (across an interval's end, say) until `end`."""
+
+    def __init__(self, servers: str, topic: str):
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": servers, "transactional.id": f"tests-{uuid.uuid4()}",
+                                  "linger.ms": 5})
+        self.producer.init_transactions(30)
+        self.producer.begin_transaction()
+        self.delivered = []
+
+    def __enter__(self) -> OpenTransaction:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.producer.flush(30)
+
+    def _on_delivery(self, err, msg) -> None:
+        if err is not None:
+            raise KafkaException(err)
+        self.delivered.append(msg)
+
+    def produce(self, records: list[Record]) -> None:
+        """The records, sent to the broker (still uncommitted)."""
+        for partition, key, value in records:
+            self.producer.produce(self.topic, value=value, key=key, partition=partition,
+                                  on_delivery=self._on_delivery)
+        self.producer.flush(30)
+
+    def end(self, commit: bool) -> list[Produced]:
+        """Commits or aborts; the records as produced."""
+        if commit:
+            self.producer.commit_transaction(30)
+        else:
+            self.producer.abort_transaction(30)
+        return [Produced(m.partition(), m.offset(), m.key(), m.value(), commit, m.timestamp()[1])
+                for m in self.delivered]
+
+
+def wait_until_stable(servers: str, topic: str, produced: list[Produced]) -> None:
     # Transaction markers are written after commit/abort returns.
     last = {}
     for record in produced:

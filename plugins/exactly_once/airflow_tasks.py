@@ -25,6 +25,7 @@ from exactly_once import tasks
 from exactly_once.config import ConfigError, PipelineConfig
 from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
 from exactly_once.outcomes import TaskOutcome, after_begin, after_error
+from exactly_once.planning import Reach
 from exactly_once.protocol import Ledger
 
 PIPELINE_DB = "pipeline_db"
@@ -40,6 +41,12 @@ def connector(conn_id: str = PIPELINE_DB):
 
 def ledger(config: PipelineConfig, conn_id: str = PIPELINE_DB) -> Ledger:
     return Ledger(config, connector(conn_id))
+
+
+def reach_of(run_type: str) -> Reach:
+    """A backfill run takes its interval's records; any other run (scheduled, manual,
+    triggered) also the records no interval claimed before it (exactly_once.planning)."""
+    return Reach.INTERVAL if run_type == "backfill" else Reach.BACKLOG
 
 
 @contextmanager
@@ -85,7 +92,8 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
     def begin_checkpoint(**context) -> int | None:
         with airflow_outcome(), KafkaOffsets(bootstrap_servers()) as kafka:
             begun = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
-                                           context.get("data_interval_start"), context.get("data_interval_end"))
+                                           context.get("data_interval_start"), context.get("data_interval_end"),
+                                           reach_of(context["dag_run"].run_type))
         return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 
     @task(task_id="commit", retries=commit_retries, retry_delay=timedelta(seconds=5),

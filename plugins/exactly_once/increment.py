@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -23,7 +24,7 @@ from exactly_once import faults
 from exactly_once.checkpoints import Committable
 from exactly_once.db import jdbc_options
 from exactly_once.errors import is_retryable
-from exactly_once.planning import OffsetRange
+from exactly_once.planning import OffsetRange, layers
 from exactly_once.protocol import Ledger
 from exactly_once.staging import Staging
 
@@ -66,12 +67,13 @@ def kafka_source_options(bootstrap_servers: str, ranges: tuple[OffsetRange, ...]
 
 def read_ranges(spark: SparkSession, bootstrap_servers: str, ranges: tuple[OffsetRange, ...]) -> DataFrame:
     """Exactly the committed records of the frozen ranges (read_committed; a range that
-    ends on transaction markers or holds only aborted records yields what is committed)."""
-    wanted = tuple(r for r in ranges if r.size)
-    if not wanted:
+    ends on transaction markers or holds only aborted records yields what is committed):
+    one read of Kafka per layer of ranges, as a read takes one range per partition."""
+    reads = [spark.read.format("kafka").options(**kafka_source_options(bootstrap_servers, layer)).load()
+             .select(*KAFKA_COLUMNS) for layer in layers(ranges)]
+    if not reads:
         return spark.createDataFrame([], _KAFKA_COLUMNS)
-    return (spark.read.format("kafka").options(**kafka_source_options(bootstrap_servers, wanted)).load()
-            .select(*KAFKA_COLUMNS))
+    return reduce(DataFrame.unionAll, reads)
 
 
 def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,

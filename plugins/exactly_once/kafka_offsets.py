@@ -38,14 +38,17 @@ class KafkaOffsets:
             raise LookupError(f"Kafka topic {topic!r} does not exist ({found.error if found else 'unknown'})")
         return sorted(found.partitions)
 
-    def offsets(self, topic: str, partition: int, interval_end: datetime | None,
+    def offsets(self, topic: str, partition: int, interval_start: datetime | None, interval_end: datetime | None,
                 start_time: datetime | None = None) -> PartitionOffsets:
         log_start, last_stable = self._consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=self._timeout, cached=False)
-        return PartitionOffsets(log_start, last_stable, self._first_offset_at(topic, partition, interval_end),
-                                self._first_offset_at(topic, partition, start_time))
+        at = {when: self._first_offset_at(topic, partition, when)
+              for when in {interval_start, interval_end, start_time}}
+        return PartitionOffsets(log_start, last_stable, at[interval_start], at[interval_end], at[start_time])
 
     def _first_offset_at(self, topic: str, partition: int, when: datetime | None) -> int | None:
+        """The first offset stamped at or after `when`; read_committed, Kafka answers only
+        offsets below the last stable one."""
         if when is None:
             return None
         millis = int(when.timestamp() * 1000)

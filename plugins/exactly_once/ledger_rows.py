@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from psycopg2 import sql
@@ -14,7 +15,7 @@ from psycopg2 import sql
 from exactly_once.checkpoints import Attempt, AttemptState, Checkpoint, Staged, State
 from exactly_once.config import PipelineConfig, Sink
 from exactly_once.errors import PromotionRefused
-from exactly_once.planning import OffsetRange, PartitionPlan
+from exactly_once.planning import OffsetRange, PartitionPlan, PartitionState, Reach
 from exactly_once.sqlfiles import named
 from exactly_once.tables import final_table, staging_tables
 
@@ -137,35 +138,40 @@ class LedgerRows:
 
     # -- planning -----------------------------------------------------------------------
 
-    def partitions(self) -> tuple[dict[Partition, tuple[int, int]], dict[Partition, tuple[int, OffsetRange]]]:
-        """(start offset, frontier) per known partition, and the oldest released range per
-        partition with the checkpoint that released it."""
+    def partitions(self) -> dict[Partition, PartitionState]:
+        """What the ledger says about each partition the pipeline planned before: its start,
+        frontier, the ranges and gaps reaching past the frontier, and released ranges."""
+        states = {}
         self.run("partitions", pipeline=self.config.name)
-        known = {(t, p): (start, frontier) for t, p, start, frontier in self.cur.fetchall()}
-        self.run("released_ranges", pipeline=self.config.name)
-        released = {(t, p): (cp, OffsetRange(t, p, a, b)) for cp, t, p, a, b in self.cur.fetchall()}
-        return known, released
+        for topic, partition, start, frontier in self.cur.fetchall():
+            states[(topic, partition)] = PartitionState(topic, partition, start, frontier)
+        for statement, field in (("taken_ranges", "taken"), ("released_ranges", "released")):
+            self.run(statement, pipeline=self.config.name)
+            for topic, partition, a, b in self.cur.fetchall():
+                state = states[(topic, partition)]
+                states[(topic, partition)] = replace(
+                    state, **{field: getattr(state, field) + (OffsetRange(topic, partition, a, b),)})
+        return states
 
     def insert_checkpoint(self, dag_run_id: str, interval_start: datetime | None, interval_end: datetime | None,
-                          state: State, lease_until: datetime, now: datetime) -> int:
+                          reach: Reach, state: State, lease_until: datetime, now: datetime) -> int:
         self.run("insert_checkpoint", pipeline=self.config.name, dag_run_id=dag_run_id,
-                 interval_start=interval_start, interval_end=interval_end, state=state.value,
+                 interval_start=interval_start, interval_end=interval_end, reach=reach.value, state=state.value,
                  lease_until=lease_until, now=now)
         return self.cur.fetchone()[0]
 
-    def insert_plan(self, checkpoint_id: int, plan: PartitionPlan, released_from: int | None, now: datetime) -> None:
-        """The partition's frozen range, its gap, and either the frontier it advances or the
-        released range it plans again."""
-        r = plan.range
-        where = {"pipeline": self.config.name, "topic": r.topic, "partition": r.partition,
+    def insert_plan(self, checkpoint_id: int, plan: PartitionPlan, now: datetime) -> None:
+        """The partition's frozen ranges, its gaps, its released ranges marked as planned
+        again, and its frontier."""
+        where = {"pipeline": self.config.name, "topic": plan.topic, "partition": plan.partition,
                  "checkpoint_id": checkpoint_id}
-        self.run("insert_range", **where, from_offset=r.start, to_offset=r.end)
-        if plan.gap is not None:
-            self.run("insert_gap", **where, from_offset=plan.gap.start, to_offset=plan.gap.end, now=now)
+        for r in plan.ranges:
+            self.run("insert_range", **where, from_offset=r.start, to_offset=r.end)
+        for gap in plan.gaps:
+            self.run("insert_gap", **where, from_offset=gap.start, to_offset=gap.end, now=now)
         if plan.replanned:
-            self.run("mark_replanned", **where, released_from=released_from)
-        else:
-            self.run("set_frontier", **where, start_offset=plan.start_offset, frontier=r.end)
+            self.run("mark_replanned", **where)
+        self.run("set_frontier", **where, start_offset=plan.start_offset, frontier=plan.frontier)
 
     # -- staging ------------------------------------------------------------------------
 

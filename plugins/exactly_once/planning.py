@@ -1,17 +1,26 @@
 """Planning a checkpoint's offset ranges: pure functions, no I/O.
 
-Per partition the range is [from, to): from is the pipeline's frontier (or its
-start position), to is the first offset whose timestamp is at or after the
-run's data_interval_end, capped by the last stable offset at planning time and
-by the per-run record cap. A range released by an aborted checkpoint is planned
-again exactly as it was, before any new data.
+A run owns its data interval [start, end): per partition, the offsets from the first
+whose timestamp is at or after `start` to the first at or after `end` (Kafka's time
+index makes both boundaries monotone, so consecutive intervals tile the log whatever
+order their runs plan in), capped by the last stable offset at planning time and by
+the per-run record cap. Offsets another checkpoint holds are left out.
+
+Records that no interval claims — before the first interval ever run, in intervals
+that never run, not yet stable when their interval's run planned, cut off by the cap —
+are taken by the next run that is not a backfill (`Reach.BACKLOG`): it takes every
+unclaimed offset before its interval's end, from where the pipeline started. A range
+released by an aborted checkpoint is taken whole by the next run, whatever its reach.
+So per partition a checkpoint may read several ranges; the frontier is the offset
+below which everything is planned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import Enum
 from typing import Literal, Protocol
 
 from exactly_once.errors import Permanent
@@ -40,14 +49,28 @@ class OffsetRange:
         return f"{self.topic}[{self.partition}]@{self.start}..{self.end}"
 
 
+class Reach(Enum):
+    """How far back a run's plan reaches."""
+
+    INTERVAL = "interval"  # a backfill run: the unclaimed offsets of its data interval
+    BACKLOG = "backlog"    # any other run: those, and every unclaimed offset before its interval
+
+
 @dataclass(frozen=True)
 class PartitionOffsets:
-    """What Kafka says about one partition when the checkpoint is planned."""
+    """What Kafka says about one partition when the checkpoint is planned. The `at_*` fields
+    are the first stable offset stamped at or after that moment; None: no such record yet."""
 
     log_start: int
     last_stable: int
-    at_interval_end: int | None = None   # first offset with timestamp >= interval end; None: no such record yet
-    at_start_time: int | None = None     # the same for a pipeline that starts at a timestamp
+    at_interval_start: int | None = None
+    at_interval_end: int | None = None
+    at_start_time: int | None = None   # for a pipeline that starts at a timestamp
+
+    def position(self, found: int | None) -> int:
+        """Where a moment lies in the partition: its first stable offset, or the last stable
+        offset when no stable record is that late yet (what comes later is not readable)."""
+        return self.last_stable if found is None else min(found, self.last_stable)
 
 
 class OffsetSource(Protocol):
@@ -55,7 +78,7 @@ class OffsetSource(Protocol):
 
     def partitions(self, topic: str) -> list[int]: ...
 
-    def offsets(self, topic: str, partition: int, interval_end: datetime | None,
+    def offsets(self, topic: str, partition: int, interval_start: datetime | None, interval_end: datetime | None,
                 start_time: datetime | None = None) -> PartitionOffsets: ...
 
 
@@ -65,16 +88,30 @@ class PartitionState:
 
     topic: str
     partition: int
-    frontier: int | None          # None: the pipeline has never planned this partition
-    released: OffsetRange | None  # oldest range of an aborted checkpoint awaiting a new plan
+    start: int | None = None       # where the pipeline started in it; None: never planned
+    frontier: int | None = None    # every offset in [start, frontier) is planned
+    taken: tuple[OffsetRange, ...] = ()     # live ranges and gaps reaching past the frontier
+    released: tuple[OffsetRange, ...] = ()  # ranges of aborted checkpoints, not planned again yet
 
 
 @dataclass(frozen=True)
 class PartitionPlan:
-    range: OffsetRange
-    start_offset: int             # where the pipeline started in this partition
-    gap: OffsetRange | None       # offsets lost to retention (only when data loss is allowed)
-    replanned: bool               # the range was released by an aborted checkpoint
+    topic: str
+    partition: int
+    start_offset: int                         # where the pipeline started in this partition
+    replanned: tuple[OffsetRange, ...] = ()   # released ranges, taken whole
+    fresh: tuple[OffsetRange, ...] = ()       # unclaimed offsets, in offset order
+    gaps: tuple[OffsetRange, ...] = ()        # offsets lost to retention (only when data loss is allowed)
+    frontier: int = 0
+
+    @property
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        """What the checkpoint reads in this partition, in offset order."""
+        return tuple(sorted(r for r in self.replanned + self.fresh if r.size))
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
 
 
 class DataLossError(Permanent):
@@ -97,69 +134,118 @@ def start_offset(position: StartPosition, offsets: PartitionOffsets, new_pipelin
         return offsets.log_start  # a partition added later: all of it
     if position == "latest":
         return offsets.last_stable
-    return offsets.last_stable if offsets.at_start_time is None else offsets.at_start_time
+    return offsets.position(offsets.at_start_time)
 
 
-def plan_partition(state: PartitionState, offsets: PartitionOffsets, start: int, allow_data_loss: bool
+def unclaimed(topic: str, partition: int, start: int, end: int, claimed: Iterable[OffsetRange]
+              ) -> tuple[OffsetRange, ...]:
+    """The offsets of [start, end) outside every `claimed` range, as ranges in offset order."""
+    pieces, at = [], start
+    for r in sorted(claimed):
+        if r.end <= at or r.size == 0:
+            continue
+        if r.start >= end:
+            break
+        if r.start > at:
+            pieces.append(OffsetRange(topic, partition, at, r.start))
+        at = max(at, r.end)
+    if at < end:
+        pieces.append(OffsetRange(topic, partition, at, end))
+    return tuple(pieces)
+
+
+def plan_partition(state: PartitionState, offsets: PartitionOffsets, reach: Reach, allow_data_loss: bool
                    ) -> PartitionPlan:
-    if state.released is not None:
-        return _survive_retention(state.released, offsets, start, allow_data_loss, replanned=True)
-    begin = start if state.frontier is None else state.frontier
-    bound = offsets.last_stable if offsets.at_interval_end is None else min(offsets.at_interval_end,
-                                                                            offsets.last_stable)
-    # A frontier past the bound (an earlier interval run late) plans nothing: those
-    # records already belong to a checkpoint.
-    wanted = OffsetRange(state.topic, state.partition, begin, max(begin, bound))
-    return _survive_retention(wanted, offsets, start, allow_data_loss, replanned=False)
+    """The partition's released ranges, and the unclaimed offsets of the run's reach
+    (before the cap), with what retention deleted among them cut off as gaps."""
+    start = offsets.log_start if state.start is None else state.start
+    planned = start if state.frontier is None else state.frontier
+    first = start if reach is Reach.BACKLOG else max(start, offsets.position(offsets.at_interval_start))
+    end = offsets.position(offsets.at_interval_end)
+    fresh = unclaimed(state.topic, state.partition, max(first, planned), end, state.taken + state.released)
+    gaps, replanned, kept = [], [], []
+    for wanted, into in [(r, replanned) for r in state.released] + [(r, kept) for r in fresh]:
+        gap, rest = _survive_retention(wanted, offsets.log_start, allow_data_loss)
+        gaps += [gap] if gap else []
+        into.append(rest)
+    return PartitionPlan(state.topic, state.partition, start, tuple(replanned), tuple(kept), tuple(gaps), planned)
 
 
-def _survive_retention(wanted: OffsetRange, offsets: PartitionOffsets, start: int, allow_data_loss: bool,
-                       replanned: bool) -> PartitionPlan:
-    if wanted.start >= offsets.log_start:
-        return PartitionPlan(wanted, start, None, replanned)
+def _survive_retention(wanted: OffsetRange, log_start: int, allow_data_loss: bool
+                       ) -> tuple[OffsetRange | None, OffsetRange]:
+    if wanted.start >= log_start:
+        return None, wanted
     if not allow_data_loss:
-        raise DataLossError(wanted.topic, wanted.partition, wanted.start, offsets.log_start)
-    cut = min(offsets.log_start, wanted.end)
-    return PartitionPlan(replace(wanted, start=cut), start, replace(wanted, end=cut), replanned)
+        raise DataLossError(wanted.topic, wanted.partition, wanted.start, log_start)
+    cut = min(log_start, wanted.end)
+    return replace(wanted, end=cut), replace(wanted, start=cut)
+
+
+def advance_frontier(plan: PartitionPlan, taken: Iterable[OffsetRange]) -> PartitionPlan:
+    """The plan with its partition's new frontier: from the old one, as far as planned
+    offsets (taken before, or by this plan) reach without a hole."""
+    frontier = plan.frontier
+    for r in sorted([*taken, *plan.ranges, *plan.gaps]):
+        if r.start > frontier:
+            break
+        frontier = max(frontier, r.end)
+    return replace(plan, frontier=frontier)
 
 
 def plan_checkpoint(seen: Mapping[tuple[str, int], PartitionOffsets],
-                    known: Mapping[tuple[str, int], tuple[int, int]],
-                    released: Mapping[tuple[str, int], OffsetRange],
-                    start: StartPosition, allow_data_loss: bool, cap: int | None) -> list[PartitionPlan]:
+                    ledger: Mapping[tuple[str, int], PartitionState], position: StartPosition, reach: Reach,
+                    allow_data_loss: bool, cap: int | None) -> list[PartitionPlan]:
     """Every partition's plan, in (topic, partition) order: `seen` is what Kafka says now,
-    `known` the ledger's (start offset, frontier) per partition, `released` the oldest
-    released range per partition."""
-    plans = []
+    `ledger` what the ledger says about the partitions the pipeline planned before."""
+    plans, states = [], []
     for (topic, partition), offsets in sorted(seen.items()):
-        start_at, frontier = known.get((topic, partition), (None, None))
-        if start_at is None:
-            start_at = start_offset(start, offsets, new_pipeline=not known)
-        state = PartitionState(topic, partition, frontier, released.get((topic, partition)))
-        plans.append(plan_partition(state, offsets, start_at, allow_data_loss))
-    return cap_plans(plans, cap)
+        state = ledger.get((topic, partition)) or PartitionState(
+            topic, partition, start=start_offset(position, offsets, new_pipeline=not ledger))
+        states.append(state)
+        plans.append(plan_partition(state, offsets, reach, allow_data_loss))
+    return [advance_frontier(plan, state.taken) for plan, state in zip(cap_plans(plans, cap), states)]
 
 
 def cap_plans(plans: list[PartitionPlan], cap: int | None) -> list[PartitionPlan]:
-    """Shrinks new ranges so the checkpoint plans at most `cap` records.
+    """Shrinks fresh ranges so the checkpoint plans at most `cap` records.
 
-    Replanned ranges are taken whole (they are frozen); the rest of the budget
-    is shared in proportion to each partition's backlog, remainders going to the
-    largest fractions, so the result is deterministic.
+    Replanned ranges are taken whole (they are frozen); the rest of the budget is
+    shared in proportion to each partition's backlog, remainders going to the largest
+    fractions, so the result is deterministic; a partition keeps its oldest offsets.
     """
     if cap is None:
         return plans
-    fresh = [i for i, p in enumerate(plans) if not p.replanned]
-    budget = max(0, cap - sum(p.range.size for p in plans if p.replanned))
-    wanted = sum(plans[i].range.size for i in fresh)
+    budget = max(0, cap - sum(r.size for p in plans for r in p.replanned))
+    backlog = [sum(r.size for r in p.fresh) for p in plans]
+    wanted = sum(backlog)
     if wanted <= budget:
         return plans
-    shares = {i: budget * plans[i].range.size // wanted for i in fresh}
-    by_fraction = sorted(fresh, key=lambda i: (-(budget * plans[i].range.size % wanted), i))
-    for i in by_fraction[: budget - sum(shares.values())]:
+    shares = [budget * b // wanted for b in backlog]
+    by_fraction = sorted(range(len(plans)), key=lambda i: (-(budget * backlog[i] % wanted), i))
+    for i in by_fraction[: budget - sum(shares)]:
         shares[i] += 1
-    capped = list(plans)
-    for i, share in shares.items():
-        r = plans[i].range
-        capped[i] = replace(plans[i], range=replace(r, end=r.start + share))
-    return capped
+    return [replace(p, fresh=_first(p.fresh, share)) for p, share in zip(plans, shares)]
+
+
+def _first(ranges: tuple[OffsetRange, ...], count: int) -> tuple[OffsetRange, ...]:
+    kept = []
+    for r in ranges:
+        take = min(count, r.size)
+        if take:
+            kept.append(replace(r, end=r.start + take))
+        count -= take
+    return tuple(kept)
+
+
+def layers(ranges: Iterable[OffsetRange]) -> list[tuple[OffsetRange, ...]]:
+    """The non-empty ranges grouped so that each group holds at most one range per
+    partition (what one read of Spark's Kafka source takes), in offset order."""
+    groups: list[list[OffsetRange]] = []
+    depth: dict[tuple[str, int], int] = {}
+    for r in sorted(r for r in ranges if r.size):
+        level = depth.get((r.topic, r.partition), 0)
+        depth[(r.topic, r.partition)] = level + 1
+        if level == len(groups):
+            groups.append([])
+        groups[level].append(r)
+    return [tuple(g) for g in groups]

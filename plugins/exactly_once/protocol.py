@@ -31,7 +31,7 @@ from exactly_once.errors import (Fenced, NotPreCommitted, NotRunnable, Promotion
                                  StagingIncomplete, Stalled)
 from exactly_once.isolation import record_failure
 from exactly_once.ledger_rows import LedgerRows, registered_config
-from exactly_once.planning import OffsetSource, PartitionOffsets, plan_checkpoint
+from exactly_once.planning import OffsetSource, PartitionOffsets, Reach, plan_checkpoint
 from exactly_once.registration import final_columns, register
 from exactly_once.row_checks import ColumnType
 from exactly_once.sqlfiles import text
@@ -67,8 +67,9 @@ class Ledger:
     # -- begin: recover, then plan -------------------------------------------------
 
     def begin(self, dag_run_id: str, interval_start: datetime | None, interval_end: datetime | None,
-              kafka: OffsetSource) -> Begun:
+              kafka: OffsetSource, reach: Reach = Reach.BACKLOG) -> Begun:
         """Begins the DAG run's checkpoint, or returns the one it began before (a retry).
+        A run without an interval start reaches back to the backlog whatever `reach` says.
         `Stalled` while another checkpoint of the pipeline is stalled."""
         with self.rows() as rows:
             own = rows.checkpoint_of_run(dag_run_id)
@@ -84,28 +85,27 @@ class Ledger:
         source = self.config.source
         start_time = source.start if isinstance(source.start, datetime) else None
         # Asked before the lock: a snapshot taken a moment earlier is as valid a planning time.
-        seen = {(topic, p): kafka.offsets(topic, p, interval_end, start_time)
+        seen = {(topic, p): kafka.offsets(topic, p, interval_start, interval_end, start_time)
                 for topic in source.topics for p in kafka.partitions(topic)}
         with self.rows() as rows:
             rows.lock()
             checkpoint_id = rows.checkpoint_of_run(dag_run_id)
             new = checkpoint_id is None
             if new:
-                checkpoint_id = self._plan(rows, dag_run_id, interval_start, interval_end, seen)
+                checkpoint_id = self._plan(rows, dag_run_id, interval_start, interval_end,
+                                           Reach.BACKLOG if interval_start is None else reach, seen)
             return Begun(rows.checkpoint(checkpoint_id), recovery, new=new)
 
     def _plan(self, rows: LedgerRows, dag_run_id: str, interval_start: datetime | None,
-              interval_end: datetime | None, seen: Mapping[tuple[str, int], PartitionOffsets]) -> int:
-        known, released = rows.partitions()
-        plans = plan_checkpoint(seen, known, {k: r for k, (_, r) in released.items()}, self.config.source.start,
+              interval_end: datetime | None, reach: Reach, seen: Mapping[tuple[str, int], PartitionOffsets]) -> int:
+        plans = plan_checkpoint(seen, rows.partitions(), self.config.source.start, reach,
                                 self.config.allow_data_loss, self.config.max_records_per_run)
         now = self._clock()
-        state = State.COMMITTED if all(p.range.size == 0 for p in plans) else State.PLANNED
-        checkpoint_id = rows.insert_checkpoint(dag_run_id, interval_start, interval_end, state,
+        state = State.COMMITTED if all(p.size == 0 for p in plans) else State.PLANNED
+        checkpoint_id = rows.insert_checkpoint(dag_run_id, interval_start, interval_end, reach, state,
                                                now + self.config.lease, now)
         for plan in plans:
-            rows.insert_plan(checkpoint_id, plan, released.get((plan.range.topic, plan.range.partition),
-                                                               (None,))[0], now)
+            rows.insert_plan(checkpoint_id, plan, now)
         self._fault("begin.before_commit")
         return checkpoint_id
 

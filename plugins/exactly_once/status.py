@@ -115,7 +115,7 @@ def read_status(conn, kafka: KafkaOffsets, pipeline: str, history: int = 10) -> 
         cur.execute(Q["stalled"], where)
         stalls = tuple(Stall(cp, run, tuple(OffsetRange(*r) for r in ranges), failed, since, error)
                        for cp, run, ranges, failed, since, error in cur.fetchall())
-    lag = tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None).last_stable) for t, p, end in ends)
+    lag = tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None, None).last_stable) for t, p, end in ends)
     return PipelineStatus(pipeline, stalls, None if last is None else LastCommit(*last), lag,
                           _checkpoints(conn, pipeline, open_only=True, limit=None), gaps,
                           _checkpoints(conn, pipeline, open_only=False, limit=history))
@@ -137,9 +137,8 @@ def holders(conn, kafka: KafkaOffsets, pipeline: str, topics: list[str], interva
     with conn.cursor() as cur:
         for topic in topics:
             for partition in kafka.partitions(topic):
-                at = kafka.offsets(topic, partition, interval_end, interval_start)
-                first = at.last_stable if at.at_start_time is None else at.at_start_time
-                end = at.last_stable if at.at_interval_end is None else at.at_interval_end
+                at = kafka.offsets(topic, partition, interval_start, interval_end)
+                first, end = at.position(at.at_interval_start), at.position(at.at_interval_end)
                 if first < end:
                     cur.execute(Q["holders"], {"pipeline": pipeline, "topic": topic, "partition": partition,
                                                "from_offset": first, "to_offset": end})

@@ -22,6 +22,7 @@ from exactly_once.config import PipelineConfig
 from exactly_once.errors import AttemptFailed, Fenced, NotRunnable, PipelineError, Stalled
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.migrate import migrate
+from exactly_once.planning import Reach
 from exactly_once.protocol import Ledger
 from exactly_once.status import describe_ranges, holders
 
@@ -31,12 +32,12 @@ JOB = str(Path(__file__).resolve().parents[2] / "jobs" / "increment.py")  # the 
 
 
 def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
-                     end: datetime | None) -> Begun:
+                     end: datetime | None, reach: Reach = Reach.BACKLOG) -> Begun:
     """Migrates the ledger, recovers, and begins (or finds again) the run's checkpoint;
     says in the log what it planned or, for an empty interval, who holds its records."""
     with closing(ledger.connect()) as conn:
         migrate(conn)
-    begun = ledger.begin(run_id, start, end, kafka)
+    begun = ledger.begin(run_id, start, end, kafka, reach)
     checkpoint = begun.checkpoint
     log.info("recovery: %s", begun.recovery)
     ranges = describe_ranges(checkpoint.ranges)
@@ -47,8 +48,13 @@ def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: da
     elif checkpoint.state in (State.PRECOMMITTED, State.COMMITTED):
         log.info("checkpoint %s of this run is already %s (%s)", checkpoint.id, checkpoint.state.value, ranges)
     else:
-        log.info("checkpoint %s (%s): %s", checkpoint.id, "new" if begun.new else "begun before", ranges)
+        log.info("checkpoint %s (%s): %s; %s", checkpoint.id, "new" if begun.new else "begun before", ranges,
+                 REACHES[reach])
     return begun
+
+
+REACHES = {Reach.INTERVAL: "a backfill run takes the unclaimed records of its interval",
+           Reach.BACKLOG: "this run takes the unclaimed records of its interval and those before it"}
 
 
 def interval_holders(ledger: Ledger, kafka: KafkaOffsets, start: datetime, end: datetime) -> str:

@@ -33,7 +33,7 @@ class Backfill:
     runs: int
     seconds: float          # backfill requested → its last run ended
     records: int            # committed records the runs' checkpoints read, in all
-    empty_runs: int         # runs whose interval's records an earlier-started run had taken
+    empty_runs: int         # runs that read nothing: their interval's records held by another run
 
     @property
     def per_run(self) -> float:

@@ -2,6 +2,7 @@
 
     ./dev bench                         1 M and 5 M orders, then the Airflow runs; README updated
     ./dev bench --sizes 200000 --no-airflow --no-readme
+    ./dev bench --sizes --no-readme     the Airflow runs only
 
 For each size, one exactly-once checkpoint phase by phase, beside the limits it is
 compared with and the at-least-once and Structured Streaming peers
@@ -104,7 +105,7 @@ def throughput_table(results: list[Throughput]) -> str:
 
 
 def _backfill(b: Backfill) -> str:
-    empty = f"; {b.empty_runs} of {b.runs} runs found their interval's records taken by a later one" \
+    empty = f"; {b.empty_runs} of {b.runs} runs found their interval's records held by another run" \
         if b.empty_runs else ""
     return f"{b.seconds:.0f} s ({b.per_run:.1f} s per run, {_n(b.records)} records{empty})"
 
@@ -135,7 +136,9 @@ def report(command: str, results: list[Throughput], figures: AirflowFigures | No
            seconds: float) -> str:
     parts = [f"`{command}` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}; Spark local[2], "
              f"one local Kafka broker and PostgreSQL server; the benchmark took {seconds / 60:.1f} min "
-             "(set-up not included).", "", throughput_table(results)]
+             "(set-up not included)."]
+    if results:
+        parts += ["", throughput_table(results)]
     if figures is not None:
         parts += ["", airflow_table(figures, intervals)]
     return "\n".join(parts)
@@ -152,7 +155,7 @@ def into_readme(text: str, readme: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="./dev bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", type=int, default=[1_000_000, 5_000_000], help="orders per run")
+    parser.add_argument("--sizes", nargs="*", type=int, default=[1_000_000, 5_000_000], help="orders per run")
     parser.add_argument("--intervals", type=int, default=10, help="intervals of the Airflow backfill")
     parser.add_argument("--no-airflow", action="store_true", help="skip the runs through Airflow")
     parser.add_argument("--no-readme", action="store_true", help="do not write the README's Performance section")

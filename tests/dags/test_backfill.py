@@ -1,72 +1,87 @@
 """Backfills through Airflow's REST API with the scheduler, dag-processor, api-server and
-triggerer running: three intervals with three runs in parallel give exactly the oracle;
-clearing a committed run's commit task and backfilling again with
-`reprocess_behavior=completed` change nothing and launch no Spark job. The DAG is the
-demo pipeline on 10-second intervals (tests/dags/window.py).
+triggerer running: five intervals with records in each, three runs at a time, once forwards
+and once backwards (two windows of the demo pipeline) — each run's checkpoint reads exactly
+the records Kafka stamped inside its data interval, none is empty, and the tables equal the
+oracle; clearing a committed run's commit task and backfilling again with
+`reprocess_behavior=completed` change nothing and launch no Spark job. The DAGs are the
+demo pipeline on 6-second intervals (tests/dags/window.py).
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 
 import pytest
 
-from exactly_once_demo.oracle import attempts, checkpoints, committed_orders
+from exactly_once_demo.oracle import attempts, checkpoints
 from exactly_once_demo.produce import produce
-from tests.dags.window import next_boundary, wait_until
-from tests.dags.window import window as window_dag
-from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle, rows
+from tests.dags.window import Api, WindowDag, next_boundary, services, wait_until
+from tests.exactly_once_demo.oracle import assert_each_run_took_its_interval, assert_tables_equal_the_oracle, rows
 
-INTERVAL = timedelta(seconds=10)
+INTERVAL = timedelta(seconds=6)
+RUNS = 5  # intervals per backfill
 
 
 @pytest.fixture
-def window(tmp_path, stack_env):
+def windows(tmp_path, stack_env):
+    """Two windows of RUNS intervals each, one after the other, paused until backfilled."""
     start = next_boundary(INTERVAL, lead=timedelta(seconds=30))  # once the services had time to start
-    last = start + 2 * INTERVAL  # the logical date (interval start) of the third interval
-    with window_dag(tmp_path, INTERVAL, start, last) as api:
-        yield api, start, last
+    dags = [WindowDag(f"orders_{name}_{uuid.uuid4().hex[:8]}", first, INTERVAL, first + (RUNS - 1) * INTERVAL)
+            for name, first in (("forwards", start), ("backwards", start + RUNS * INTERVAL))]
+    with services(tmp_path, dags) as apis:
+        yield [(apis[dag.dag_id], dag.start, dag.last) for dag in dags]
 
 
-def test_backfill_in_parallel_equals_the_oracle_and_clearing_or_reprocessing_changes_nothing(
-        fresh_demo, kafka_servers, window):
-    api, start, last = window
-    assert api.call("GET", f"/dags/{api.dag_id}")["is_paused"], "the window DAG must wait paused for the backfill"
-    for i in range(3):  # one batch inside each interval
-        wait_until(start + i * INTERVAL + timedelta(seconds=1))
-        produce(kafka_servers, 400, seed=i)
-    wait_until(last + INTERVAL + timedelta(seconds=1))
-    # The backfill first: the scheduled run that unpausing makes finds its interval taken.
-    backfill = api.backfill(start, last)
+def backfill(api: Api, first: datetime, last: datetime, **options) -> int:
+    """A backfill of the window, which then runs: a paused DAG runs no backfill."""
+    created = api.backfill(first, last, **options)
     api.call("PATCH", f"/dags/{api.dag_id}", json={"is_paused": False})
-    runs = api.finished_runs(backfill, start, last)
-    intervals = {(datetime.fromisoformat(r["data_interval_start"]), datetime.fromisoformat(r["data_interval_end"]))
-                 for r in runs}
-    assert intervals == {(start + i * INTERVAL, start + (i + 1) * INTERVAL) for i in range(3)}
-    assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
+    return created
+
+
+def began_in_order_of(runs: list[dict], db_url: str) -> list[str]:
+    """The runs' logical dates in the order their checkpoints began."""
+    began = {run_id: checkpoint_id for checkpoint_id, run_id, _, _ in checkpoints(db_url)}
+    return [r["logical_date"] for r in sorted(runs, key=lambda r: began[r["dag_run_id"]])]
+
+
+def test_backfills_forwards_and_backwards_split_the_intervals_and_clearing_or_reprocessing_changes_nothing(
+        fresh_demo, kafka_servers, windows):
+    (forwards, start, last), (backwards, later_start, later_last) = windows
+    for api in (forwards, backwards):
+        assert api.call("GET", f"/dags/{api.dag_id}")["is_paused"], "a window DAG must wait paused for its backfill"
+    for i in range(2 * RUNS):  # one batch inside each interval of both windows
+        wait_until(start + i * INTERVAL + timedelta(seconds=1))
+        if i == RUNS:  # the forwards window's intervals are over: backfill them while the next ones fill
+            forwards_backfill = backfill(forwards, start, last)
+        produce(kafka_servers, 150, seed=i)
+    wait_until(later_last + INTERVAL + timedelta(seconds=1))
+    backwards_backfill = backfill(backwards, later_start, later_last, run_backwards=True)
+    runs = forwards.finished_runs(forwards_backfill, start, last)
+    later_runs = backwards.finished_runs(backwards_backfill, later_start, later_last)
+    assert sorted(r["state"] for r in runs + later_runs) == ["success"] * 2 * RUNS, runs + later_runs
+    per_run = assert_each_run_took_its_interval(fresh_demo, kafka_servers, runs + later_runs)
     after = assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
     by_run = {run_id: (state, records) for _, run_id, state, records in checkpoints(fresh_demo)}
-    assert {r["dag_run_id"] for r in runs} == set(by_run)
-    assert all(state == "committed" for state, _ in by_run.values()), by_run
-    # Runs begin in any order, and a run takes everything up to its interval's end: a run that
-    # begins after a later interval's run finds its records taken, and its log names the holder.
-    assert sum(records or 0 for _, records in by_run.values()) == len(committed_orders(kafka_servers))
-    for run_id, (_, records) in by_run.items():
-        if records is None:
-            assert "are already held by checkpoint(s)" in api.task_log(run_id, "begin_checkpoint")
+    assert set(by_run) == set(per_run) and {state for state, _ in by_run.values()} == {"committed"}, by_run
+    # Three at a time: the last two intervals' runs (forwards), the first two's (backwards) wait.
+    order, later_order = began_in_order_of(runs, fresh_demo), began_in_order_of(later_runs, fresh_demo)
+    assert sorted(order[3:]) == sorted(r["logical_date"] for r in runs)[3:], order
+    assert sorted(later_order[3:]) == sorted(r["logical_date"] for r in later_runs)[:2], later_order
     spark_attempts = attempts(fresh_demo)
 
     # Clear the commit task of a committed run: it runs again, commits nothing new.
     cleared = runs[0]["dag_run_id"]
-    api.call("POST", f"/dags/{api.dag_id}/clearTaskInstances",
-             json={"dag_run_id": cleared, "task_ids": ["commit"], "dry_run": False, "only_failed": False,
-                   "reset_dag_runs": True})
-    api.wait("the cleared run", lambda: api.run_state(cleared) == "success")
+    forwards.call("POST", f"/dags/{forwards.dag_id}/clearTaskInstances",
+                  json={"dag_run_id": cleared, "task_ids": ["commit"], "dry_run": False, "only_failed": False,
+                        "reset_dag_runs": True})
+    forwards.wait("the cleared run", lambda: forwards.run_state(cleared) == "success")
     assert rows(fresh_demo) == after
 
     # Backfill the same intervals again, completed runs included: every task reruns, nothing changes.
-    again = api.finished_runs(api.backfill(start, last, reprocess="completed"), start, last)
-    assert sorted(r["state"] for r in again) == ["success"] * 3, again
+    again = forwards.finished_runs(forwards.backfill(start, last, reprocess="completed"), start, last)
+    assert sorted(r["state"] for r in again) == ["success"] * RUNS, again
     assert rows(fresh_demo) == after
     assert attempts(fresh_demo) == spark_attempts  # no Spark job was launched
     assert {run_id: (state, records) for _, run_id, state, records in checkpoints(fresh_demo)} == by_run

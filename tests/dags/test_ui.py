@@ -22,7 +22,7 @@ from exactly_once_stack import airflow
 from exactly_once_stack.settings import ROOT, environment, passwords
 from tests.dags.window import next_boundary, wait_until
 from tests.dags.window import window as window_dag
-from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle, rows
+from tests.exactly_once_demo.oracle import assert_each_run_took_its_interval, assert_tables_equal_the_oracle, rows
 
 INTERVAL = timedelta(minutes=1)
 SHOTS = ROOT / ".local" / "artifacts" / "ui"
@@ -121,6 +121,7 @@ def test_backfill_and_clear_from_the_ui_count_every_record_once(fresh_demo, kafk
     runs = api.finished_runs(api.latest_backfill(), start, last)
     assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
     ui.show("/runs", "03-backfill-succeeded", "backfill")
+    assert_each_run_took_its_interval(fresh_demo, kafka_servers, runs)  # whatever order they began in
     after_backfill = assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
 
     # A commit task that fails (its only try, by the fault hook), cleared from the UI.

@@ -70,11 +70,14 @@ class Api:
         # Whole records: a failure's exception is in a field of its own, not in "event".
         return "\n".join(json.dumps(line, ensure_ascii=False) for line in log["content"])
 
-    def backfill(self, start: datetime, last: datetime, reprocess: str = "none", max_active_runs: int = 3) -> int:
-        """Creates a backfill of the logical dates [start, last], `max_active_runs` runs at a time; its id."""
+    def backfill(self, start: datetime, last: datetime, reprocess: str = "none", max_active_runs: int = 3,
+                 run_backwards: bool = False) -> int:
+        """Creates a backfill of the logical dates [start, last], `max_active_runs` runs at a time
+        (the latest first when `run_backwards`); its id."""
         return self.call("POST", "/backfills", json={
             "dag_id": self.dag_id, "from_date": start.isoformat(), "to_date": last.isoformat(),
-            "max_active_runs": max_active_runs, "reprocess_behavior": reprocess})["id"]
+            "max_active_runs": max_active_runs, "reprocess_behavior": reprocess,
+            "run_backwards": run_backwards})["id"]
 
     def latest_backfill(self) -> int:
         return max(b["id"] for b in self.call("GET", "/backfills", params={"dag_id": self.dag_id})["backfills"])

@@ -6,9 +6,10 @@ use it on the demo itself; the fault matrix and the benchmarks on copies of the 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from exactly_once.config import PipelineConfig
-from exactly_once_demo.oracle import committed_orders, order_row
+from exactly_once_demo.oracle import checkpoints, committed_orders, order_row
 from exactly_once_demo.pipeline import CONFIG, config as demo_config
 from tests import oracle
 from tests.oracle import Comparison, Expected, Record, Tables
@@ -36,4 +37,22 @@ def assert_tables_equal_the_oracle(db_url: str, servers: str) -> Tables:
     """The demo's tables, once they equal what the topic's committed records say."""
     comparison, found = compare_with_the_oracle(db_url, servers)
     assert comparison.exact, str(comparison)
+    return found
+
+
+def assert_each_run_took_its_interval(db_url: str, servers: str, runs: list[dict]) -> dict[str, int]:
+    """Each DAG run's checkpoint (runs as Airflow's REST API lists them) read exactly the
+    committed records Kafka stamped inside the run's data interval, and none is empty;
+    the records per run."""
+    stamps = [m.timestamp()[1] for m in committed_orders(servers)]
+    read = {run_id: records for _, run_id, _, records in checkpoints(db_url)}
+    found = {}
+    for run in runs:
+        start, end = (int(datetime.fromisoformat(run[f"data_interval_{edge}"]).timestamp() * 1000)
+                      for edge in ("start", "end"))
+        stamped = sum(start <= stamp < end for stamp in stamps)
+        found[run["dag_run_id"]] = read.get(run["dag_run_id"])
+        assert stamped > 0 and found[run["dag_run_id"]] == stamped, (
+            f"{run['dag_run_id']} ({run['data_interval_start']} → {run['data_interval_end']}): "
+            f"read {found[run['dag_run_id']]} records, {stamped} are stamped in its interval")
     return found

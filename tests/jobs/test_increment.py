@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from contextlib import closing
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg2
@@ -15,6 +17,7 @@ import pytest
 from exactly_once.db import jdbc_options
 from exactly_once.faults import ENV as FAULTS, InjectedFault
 from exactly_once.increment import run_attempt
+from exactly_once.planning import Reach
 from exactly_once.staging import BadRecords
 from exactly_once.checkpoints import Outcome
 from exactly_once.errors import Fenced
@@ -97,6 +100,36 @@ def test_ranges_ending_on_markers_or_holding_only_aborted_records_finish_with_no
     assert report.records == 1 and report.rows["events"] == 1
     pipeline.ledger.commit(checkpoint.id)
     pipeline.assert_exact()
+
+
+def test_a_checkpoint_with_several_ranges_in_a_partition_stages_exactly_their_records(spark, pipeline):
+    """A run that is not a backfill, after a backfill took a later interval, reads the
+    unclaimed offsets on both sides of it: two ranges per partition, one Kafka read each."""
+    pipeline.produce(workload(0))
+    interval_start = moment_after_the_last_marker()
+    pipeline.produce(workload(1000, rounds=1))
+    interval_end = moment_after_the_last_marker()
+    pipeline.produce(workload(2000))
+    backfill = pipeline.begin(interval_start=interval_start, interval_end=interval_end, reach=Reach.INTERVAL)
+    checkpoint = pipeline.begin().checkpoint
+    assert len(checkpoint.ranges) == 6 and {r.partition for r in checkpoint.ranges} == {0, 1, 2}
+    for begun in (backfill.checkpoint, checkpoint):
+        token = pipeline.ledger.start_attempt(begun.id).attempt
+        attempt(spark, pipeline, begun.id, token)
+        found = staged(pipeline, begun.id)
+        assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(
+            pipeline, in_ranges(pipeline, begun), token)
+        assert pipeline.ledger.commit(begun.id) is Outcome.COMMITTED
+    pipeline.assert_exact()
+
+
+def moment_after_the_last_marker() -> datetime:
+    """A moment after every record and transaction marker written so far (the broker
+    stamps markers when it writes them; this machine's clock is the broker's)."""
+    time.sleep(0.05)
+    moment = datetime.now(timezone.utc)
+    time.sleep(0.05)
+    return moment
 
 
 def test_a_second_attempt_replaces_the_first_attempts_staging(spark, pipeline, monkeypatch):

@@ -27,7 +27,7 @@ from exactly_once import tasks
 from exactly_once.checkpoints import Committable, Outcome
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_begin
-from exactly_once.planning import OffsetRange
+from exactly_once.planning import OffsetRange, Reach, layers
 from exactly_once.protocol import Ledger
 from exactly_once.tables import DEAD_LETTER_STAGING, DEAD_LETTERS, qualified, staging_table
 from tests import oracle
@@ -111,9 +111,10 @@ class Driver:
         return self.ledger.pre_commit(checkpoint_id, checkpoint.attempt, rows, records=sum(rows.values()))
 
     def read(self, ranges: tuple[OffsetRange, ...]) -> list[Record]:
-        wanted = [r for r in ranges if r.size]
-        if not wanted:
-            return []
+        """The committed records of the ranges, a layer (one range per partition) at a time."""
+        return [record for layer in layers(ranges) for record in self._read(layer)]
+
+    def _read(self, wanted: tuple[OffsetRange, ...]) -> list[Record]:
         consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "driver",
                              "isolation.level": "read_committed", "enable.auto.commit": False})
         consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in wanted])
@@ -185,16 +186,19 @@ class Pipeline:
     def produce(self, transactions) -> None:
         self.produced += produce_transactions(self.servers, self.topic, transactions)
 
-    def begin(self, dag_run_id: str | None = None, interval_end: datetime | None = None):
+    def begin(self, dag_run_id: str | None = None, interval_end: datetime | None = None,
+              interval_start: datetime | None = None, reach: Reach = Reach.BACKLOG):
         self._runs += 1
         with KafkaOffsets(self.servers) as kafka:
-            return self.ledger.begin(dag_run_id or f"run{self._runs}", None, interval_end, kafka)
+            return self.ledger.begin(dag_run_id or f"run{self._runs}", interval_start, interval_end, kafka, reach)
 
-    def run_once(self) -> int:
-        """A DAG run that goes well, through the run path: begin, one attempt, commit."""
+    def run_once(self, start: datetime | None = None, end: datetime | None = None, reach: Reach = Reach.BACKLOG
+                 ) -> int:
+        """A DAG run (of the interval [start, end), if given) that goes well, through the run
+        path: begin, one attempt, commit."""
         self._runs += 1
         with KafkaOffsets(self.servers) as kafka:
-            begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self._runs}", None, None)
+            begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self._runs}", start, end, reach)
         if after_begin(begun) is TaskOutcome.DONE:
             tasks.run_increment(self.ledger, begun.checkpoint.id, self.driver.execute)
             assert tasks.commit_checkpoint(self.ledger, begun.checkpoint.id, 1) is Outcome.COMMITTED

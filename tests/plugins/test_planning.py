@@ -1,4 +1,5 @@
-"""Planning is pure: ranges from frontiers, timestamps, the last stable offset and a cap."""
+"""Planning is pure: ranges from the data interval, what the ledger holds, the last stable
+offset, retention and a cap."""
 
 from bisect import bisect_left
 from datetime import datetime, timezone
@@ -8,30 +9,51 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactly_once.planning import (DataLossError, OffsetRange, PartitionOffsets, PartitionPlan, PartitionState,
-                                   cap_plans, plan_checkpoint, plan_partition, start_offset)
+                                   Reach, cap_plans, layers, plan_checkpoint, start_offset)
 
 
-def state(frontier=None, released=None):
-    return PartitionState("t", 0, frontier, released)
+def r(start, end, partition=0):
+    return OffsetRange("t", partition, start, end)
 
 
-def test_range_runs_from_the_frontier_to_the_first_offset_at_the_interval_end():
-    plan = plan_partition(state(frontier=10), PartitionOffsets(0, 100, at_interval_end=42), start=0,
-                          allow_data_loss=False)
-    assert plan.range == OffsetRange("t", 0, 10, 42)
-    assert plan.gap is None and not plan.replanned
+def plan(state, offsets, reach=Reach.INTERVAL, allow_data_loss=False, cap=None):
+    [planned] = plan_checkpoint({("t", 0): offsets}, {("t", 0): state}, "earliest", reach, allow_data_loss, cap)
+    return planned
 
 
-def test_the_last_stable_offset_caps_the_range():
-    plan = plan_partition(state(frontier=10), PartitionOffsets(0, 30, at_interval_end=42), 0, False)
-    assert plan.range.end == 30
-    # No record at or after the interval end yet: everything stable is in the interval.
-    assert plan_partition(state(frontier=10), PartitionOffsets(0, 30), 0, False).range.end == 30
+def known(frontier, taken=(), released=(), start=0):
+    return PartitionState("t", 0, start, frontier, tuple(taken), tuple(released))
 
 
-def test_an_interval_whose_records_were_already_taken_plans_nothing():
-    plan = plan_partition(state(frontier=50), PartitionOffsets(0, 100, at_interval_end=20), 0, False)
-    assert plan.range == OffsetRange("t", 0, 50, 50)
+def test_a_backfill_run_takes_exactly_its_interval_whatever_lies_before_it():
+    planned = plan(known(10), PartitionOffsets(0, 100, at_interval_start=42, at_interval_end=60))
+    assert planned.ranges == (r(42, 60),) and planned.gaps == ()
+    assert planned.frontier == 10  # 10..41 are still unclaimed: the frontier stays
+
+
+def test_a_run_that_is_not_a_backfill_also_takes_every_unclaimed_offset_before_its_interval():
+    state = known(10, taken=[r(20, 30), r(35, 40)])  # two backfill runs' intervals
+    planned = plan(state, PartitionOffsets(0, 100, 42, 60), Reach.BACKLOG)
+    assert planned.ranges == (r(10, 20), r(30, 35), r(40, 60))
+    assert planned.frontier == 60
+
+
+def test_the_last_stable_offset_caps_the_range_and_an_unstable_interval_start_plans_nothing():
+    assert plan(known(10), PartitionOffsets(0, 30, at_interval_start=12, at_interval_end=42)).ranges == (r(12, 30),)
+    # No stable record at or after the interval end yet: everything stable from its start.
+    assert plan(known(10), PartitionOffsets(0, 30, at_interval_start=12)).ranges == (r(12, 30),)
+    assert plan(known(10), PartitionOffsets(0, 30)).ranges == ()  # nothing stable stamped in the interval yet
+
+
+def test_an_interval_whose_records_are_held_plans_nothing():
+    assert plan(known(50), PartitionOffsets(0, 100, 5, 20)).ranges == ()
+    assert plan(known(10, taken=[r(20, 60)]), PartitionOffsets(0, 100, 25, 40)).ranges == ()
+
+
+def test_the_frontier_advances_over_planned_offsets_only_up_to_a_hole():
+    state = known(10, taken=[r(20, 30), r(40, 50)])
+    assert plan(state, PartitionOffsets(0, 100, 10, 20)).frontier == 30  # 10..20 closes the hole up to 30
+    assert plan(state, PartitionOffsets(0, 100, 30, 35)).frontier == 10
 
 
 def test_start_positions_of_a_new_pipeline_and_of_a_partition_added_later():
@@ -44,82 +66,143 @@ def test_start_positions_of_a_new_pipeline_and_of_a_partition_added_later():
 
 def test_records_deleted_by_retention_stop_the_plan_with_their_partition_and_count():
     with pytest.raises(DataLossError) as error:
-        plan_partition(state(frontier=10), PartitionOffsets(log_start=25, last_stable=40), 0, False)
+        plan(known(10), PartitionOffsets(log_start=25, last_stable=40), Reach.BACKLOG)
     assert str(error.value).startswith("t[0]: offsets 10..24 (15 records) were deleted by Kafka retention")
 
 
 def test_allowed_data_loss_records_the_gap_and_reads_from_the_log_start():
-    plan = plan_partition(state(frontier=10), PartitionOffsets(log_start=25, last_stable=40), 0, True)
-    assert plan.gap == OffsetRange("t", 0, 10, 25)
-    assert plan.range == OffsetRange("t", 0, 25, 40)
+    planned = plan(known(10), PartitionOffsets(log_start=25, last_stable=40), Reach.BACKLOG, allow_data_loss=True)
+    assert planned.gaps == (r(10, 25),) and planned.ranges == (r(25, 40),) and planned.frontier == 40
 
 
-def test_a_released_range_is_planned_again_exactly_before_any_new_data():
-    released = OffsetRange("t", 0, 3, 9)
-    plan = plan_partition(state(frontier=20, released=released), PartitionOffsets(0, 100, 80), 0, False)
-    assert plan.range == released and plan.replanned
+def test_released_ranges_are_taken_whole_by_the_next_run_whatever_its_interval():
+    state = known(50, released=[r(3, 9), r(20, 30)])
+    planned = plan(state, PartitionOffsets(0, 100, 60, 70))
+    assert planned.replanned == (r(3, 9), r(20, 30)) and planned.ranges == (r(3, 9), r(20, 30), r(60, 70))
 
 
-def test_the_cap_is_shared_by_backlog_and_spares_replanned_ranges():
-    def plan(start, end, replanned=False):
-        return PartitionPlan(OffsetRange("t", start, start * 1000, start * 1000 + end), 0, None, replanned)
-    plans = [plan(0, 60), plan(1, 30), plan(2, 10), plan(3, 5, replanned=True)]
+def test_the_cap_is_shared_by_backlog_keeps_the_oldest_offsets_and_spares_replanned_ranges():
+    def partition(p, *fresh, replanned=()):
+        return PartitionPlan("t", p, 0, replanned=replanned, fresh=fresh)
+    plans = [partition(0, r(0, 40), r(50, 70)), partition(1, r(0, 30, 1)), partition(2, r(0, 10, 2)),
+             partition(3, replanned=(r(0, 5, 3),))]
     capped = cap_plans(plans, 25)
-    assert [p.range.size for p in capped] == [12, 6, 2, 5]  # 20 left after the replanned 5: 60:30:10
+    assert [p.size for p in capped] == [12, 6, 2, 5]  # 20 left after the replanned 5: 60:30:10
+    assert capped[0].ranges == (r(0, 12),)
     assert cap_plans(plans, 1000) == plans
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    timestamps=st.lists(st.integers(0, 50), max_size=60),
-    ends=st.lists(st.integers(0, 60), min_size=1, max_size=12),
-    stable_growth=st.lists(st.integers(0, 10), min_size=12, max_size=12),
-    cap=st.one_of(st.none(), st.integers(1, 15)),
-)
-def test_any_timestamps_and_interval_ends_tile_the_offsets(timestamps, ends, stable_growth, cap):
-    """Runs planned one after another (in any interval order, records still arriving,
-    with or without a cap) cover each offset once: no gap, no overlap."""
-    frontier, planned, stable = None, [], 0
-    for i, interval_end in enumerate(ends):
-        stable = min(len(timestamps), stable + stable_growth[i])
-        at_end = next((o for o, ts in enumerate(timestamps) if ts >= interval_end), None)
-        offsets = PartitionOffsets(0, stable, at_interval_end=at_end)
-        plan = cap_plans([plan_partition(state(frontier), offsets, 0, False)], cap)[0]
-        assert plan.range.start == (0 if frontier is None else frontier)
-        planned.append(plan.range)
-        frontier = plan.range.end
-    covered = [o for r in planned for o in range(r.start, r.end)]
-    assert covered == list(range(frontier))
-    assert frontier <= stable
+def test_a_checkpoint_plans_every_partition_in_order_new_ones_from_the_start():
+    seen = {("t", 1): PartitionOffsets(5, 50), ("t", 0): PartitionOffsets(0, 90), ("u", 0): PartitionOffsets(7, 20)}
+    ledger = {("t", 0): PartitionState("t", 0, 0, 40), ("t", 1): PartitionState("t", 1, 5, 30)}
+    plans = plan_checkpoint(seen, ledger, "latest", Reach.BACKLOG, allow_data_loss=False, cap=None)
+    assert [p.ranges for p in plans] == [(r(40, 90),), (r(30, 50, 1),), (OffsetRange("u", 0, 7, 20),)]
+
+
+def test_a_new_pipeline_starts_where_its_configuration_says_and_the_cap_applies():
+    seen = {("t", 0): PartitionOffsets(3, 100), ("t", 1): PartitionOffsets(0, 60)}
+    latest = plan_checkpoint(seen, {}, "latest", Reach.BACKLOG, allow_data_loss=False, cap=None)
+    assert [p.size for p in latest] == [0, 0] and [p.frontier for p in latest] == [100, 60]
+    earliest = plan_checkpoint(seen, {}, "earliest", Reach.BACKLOG, allow_data_loss=False, cap=10)
+    assert [p.start_offset for p in earliest] == [3, 0] and sum(p.size for p in earliest) == 10
+
+
+def test_layers_hold_one_range_per_partition_each():
+    assert layers([r(40, 50), r(0, 10), r(5, 6, 1), r(20, 20), r(60, 70)]) == [
+        (r(0, 10), r(5, 6, 1)), (r(40, 50),), (r(60, 70),)]
+
+
+# -- properties: a simulated partition, its ledger, runs in any order ---------------------
+
+class Simulation:
+    """One partition whose records carry `timestamps`, the ledger's view of it, and runs
+    over intervals of a time grid planned in a given order."""
+
+    def __init__(self, timestamps: list[int], allow_data_loss: bool = False):
+        self.timestamps, self.stable = timestamps, 0
+        self.state = PartitionState("t", 0)
+        self.held: dict[int, tuple[OffsetRange, ...]] = {}  # run → its ranges and gaps
+
+    def at(self, moment: int | None) -> int | None:
+        """Kafka's answer: the first stable offset stamped at or after `moment`."""
+        if moment is None:
+            return None
+        return next((o for o, ts in enumerate(self.timestamps[:self.stable]) if ts >= moment), None)
+
+    def run(self, run: int, start: int | None, end: int | None, reach: Reach, cap: int | None = None) -> None:
+        offsets = PartitionOffsets(0, self.stable, self.at(start), self.at(end))
+        ledger = {} if self.state.start is None else {("t", 0): self.state}
+        [planned] = plan_checkpoint({("t", 0): offsets}, ledger, "earliest", reach, False, cap)
+        self.held[run] = planned.ranges + planned.gaps
+        frontier = planned.frontier
+        live = [x for held in self.held.values() for x in held]
+        self.state = PartitionState("t", 0, planned.start_offset, frontier, tuple(x for x in live if x.end > frontier))
+
+    def owners(self) -> dict[int, int]:
+        """Offset → the run holding it; fails on an offset held twice."""
+        owner = {}
+        for run, held in self.held.items():
+            for x in held:
+                for o in range(x.start, x.end):
+                    assert o not in owner, f"offset {o} held by runs {owner[o]} and {run}"
+                    owner[o] = run
+        return owner
+
+
+grids = st.lists(st.integers(0, 60), min_size=2, max_size=9, unique=True).map(sorted)
+
+
+@settings(max_examples=400, deadline=None)
+@given(timestamps=st.lists(st.integers(0, 60), max_size=50), grid=grids, data=st.data(),
+       cap=st.one_of(st.none(), st.integers(1, 12)))
+def test_any_runs_in_any_order_hold_each_offset_once_and_a_run_that_is_not_a_backfill_leaves_no_hole(
+        timestamps, grid, data, cap):
+    """Intervals of a grid run (or never do) in any order, as backfills or not, while
+    records become stable, with or without a cap: no offset is held twice, and a last run
+    that is not a backfill leaves every offset held."""
+    sim = Simulation(timestamps)
+    intervals = list(zip(grid, grid[1:]))
+    chosen = data.draw(st.lists(st.sampled_from(range(len(intervals))), unique=True), "runs")
+    for run, i in enumerate(chosen):
+        sim.stable = data.draw(st.integers(sim.stable, len(timestamps)), "stable")
+        sim.run(run, *intervals[i], data.draw(st.sampled_from(Reach), "reach"), cap)
+        sim.owners()
+    sim.stable = len(timestamps)
+    sim.run(len(chosen), grid[-1], None, Reach.BACKLOG)
+    assert sorted(sim.owners()) == list(range(len(timestamps)))
+    assert sim.state.frontier == len(timestamps)
+
+
+@settings(max_examples=400, deadline=None)
+@given(timestamps=st.lists(st.integers(0, 60), max_size=50), grid=grids, data=st.data())
+def test_a_record_lands_in_its_intervals_checkpoint_whenever_that_interval_has_a_run(timestamps, grid, data):
+    """Backfill runs over any intervals, planned in any order once their records are
+    stable: each holds exactly the offsets from its interval's first position to the
+    next's — with timestamps in order, exactly the records stamped in its interval."""
+    sim = Simulation(timestamps)
+    sim.stable = len(timestamps)
+    intervals = list(zip(grid, grid[1:]))
+    chosen = data.draw(st.lists(st.sampled_from(range(len(intervals))), unique=True), "runs")
+    for run, i in enumerate(chosen):
+        sim.run(run, *intervals[i], Reach.INTERVAL)
+    owner = sim.owners()
+    position = [len(timestamps) if sim.at(t) is None else sim.at(t) for t in grid]
+    for run, i in enumerate(chosen):
+        assert sorted(o for o, holder in owner.items() if holder == run) == list(range(position[i], position[i + 1]))
+        if timestamps == sorted(timestamps):
+            stamped = [o for o, ts in enumerate(timestamps) if intervals[i][0] <= ts < intervals[i][1]]
+            assert list(range(position[i], position[i + 1])) == stamped
 
 
 @settings(max_examples=200, deadline=None)
 @given(timestamps=st.lists(st.integers(0, 100), min_size=1, max_size=50).map(sorted),
        boundaries=st.lists(st.integers(0, 110), min_size=1, max_size=8, unique=True).map(sorted))
-def test_with_ordered_timestamps_each_run_takes_exactly_its_interval(timestamps, boundaries):
-    frontier = None
-    for end in boundaries:
-        at_end = bisect_left(timestamps, end)
-        offsets = PartitionOffsets(0, len(timestamps), at_interval_end=None if at_end == len(timestamps) else at_end)
-        plan = plan_partition(state(frontier), offsets, 0, False)
-        assert all(ts < end for ts in timestamps[plan.range.start:plan.range.end])
-        assert plan.range.end == len(timestamps) or timestamps[plan.range.end] >= end
-        frontier = plan.range.end
-
-
-def test_a_checkpoint_plans_every_partition_in_order_new_ones_from_the_start_released_ones_exactly():
-    seen = {("t", 1): PartitionOffsets(5, 50), ("t", 0): PartitionOffsets(0, 90), ("u", 0): PartitionOffsets(7, 20)}
-    known = {("t", 0): (0, 40), ("t", 1): (5, 30)}
-    released = {("t", 1): OffsetRange("t", 1, 10, 30)}
-    plans = plan_checkpoint(seen, known, released, "latest", allow_data_loss=False, cap=None)
-    assert [p.range for p in plans] == [OffsetRange("t", 0, 40, 90), OffsetRange("t", 1, 10, 30),
-                                        OffsetRange("u", 0, 7, 20)]  # a partition added later: from its start
-    assert [p.replanned for p in plans] == [False, True, False]
-
-
-def test_a_new_pipeline_starts_where_its_configuration_says_and_the_cap_applies():
-    seen = {("t", 0): PartitionOffsets(3, 100), ("t", 1): PartitionOffsets(0, 60)}
-    latest = plan_checkpoint(seen, {}, {}, "latest", allow_data_loss=False, cap=None)
-    assert [p.range.size for p in latest] == [0, 0]
-    earliest = plan_checkpoint(seen, {}, {}, "earliest", allow_data_loss=False, cap=10)
-    assert [p.range.start for p in earliest] == [3, 0] and sum(p.range.size for p in earliest) == 10
+def test_scheduled_runs_in_order_each_take_exactly_their_interval(timestamps, boundaries):
+    sim = Simulation(timestamps)
+    sim.stable = len(timestamps)
+    previous = None
+    for run, end in enumerate(boundaries):
+        sim.run(run, previous, end, Reach.BACKLOG)
+        held = [o for x in sim.held[run] for o in range(x.start, x.end)]
+        assert held == list(range(bisect_left(timestamps, previous or 0), bisect_left(timestamps, end)))
+        previous = end
