@@ -16,8 +16,8 @@ WHERE a.pipeline = %(pipeline)s;
 
 -- name: committed_ranges_not_contiguous
 -- Committed ranges and recorded gaps tile each partition from the pipeline's start offset
--- up to its frontier. Beyond it lie only ranges of backfill runs, each its interval's; the
--- next run that is not a backfill takes what lies between them.
+-- up to its frontier. Beyond it lie ranges of backfill runs, each its interval's (and
+-- released ranges planned again); the next run that is not a backfill takes what lies between.
 WITH pieces AS (
     SELECT topic, partition, from_offset, to_offset, 'checkpoint ' || checkpoint_id AS what
     FROM exactly_once.committed_ranges WHERE pipeline = %(pipeline)s

@@ -96,7 +96,7 @@ WHERE g.pipeline = %(pipeline)s AND g.to_offset > s.frontier;
 -- Ranges of aborted checkpoints not yet planned again (the next plan takes them whole).
 SELECT topic, partition, from_offset, to_offset
 FROM exactly_once.checkpoint_ranges
-WHERE pipeline = %(pipeline)s AND released AND replanned_by IS NULL
+WHERE pipeline = %(pipeline)s AND released AND replanned_by IS NULL AND from_offset < to_offset
 ORDER BY topic, partition, from_offset;
 
 -- name: insert_checkpoint
@@ -111,9 +111,10 @@ INSERT INTO exactly_once.checkpoint_ranges (checkpoint_id, pipeline, topic, part
 VALUES (%(checkpoint_id)s, %(pipeline)s, %(topic)s, %(partition)s, %(from_offset)s, %(to_offset)s);
 
 -- name: mark_replanned
+-- Exactly the released range the plan read: one released after it read them waits for the next plan.
 UPDATE exactly_once.checkpoint_ranges SET replanned_by = %(checkpoint_id)s
 WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s
-  AND released AND replanned_by IS NULL;
+  AND from_offset = %(from_offset)s AND to_offset = %(to_offset)s AND released AND replanned_by IS NULL;
 
 -- name: set_frontier
 INSERT INTO exactly_once.partitions (pipeline, topic, partition, start_offset, frontier)

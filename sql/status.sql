@@ -8,7 +8,7 @@ SELECT name FROM exactly_once.pipelines ORDER BY name;
 -- long each phase took.
 SELECT c.id, c.dag_run_id, c.interval_start, c.interval_end, c.state::text, c.records,
        coalesce(jsonb_agg(jsonb_build_array(r.topic, r.partition, r.from_offset, r.to_offset)
-                          ORDER BY r.topic, r.partition) FILTER (WHERE r.topic IS NOT NULL), '[]'::jsonb),
+                          ORDER BY r.topic, r.partition, r.from_offset) FILTER (WHERE r.topic IS NOT NULL), '[]'::jsonb),
        c.precommitted_at - c.created_at AS until_precommit,
        c.committed_at - coalesce(c.precommitted_at, c.created_at) AS until_commit,
        c.attempt
@@ -28,10 +28,13 @@ ORDER BY committed_at DESC, id DESC
 LIMIT 1;
 
 -- name: committed_ends
--- Per partition: where committed reading ends (the start offset before any commit).
+-- Per partition: where committed reading ends (the start offset before any commit),
+-- counting only ranges below the frontier: records past it that backfill runs committed
+-- still lie beyond unread ones, so the lag counts them too (an upper bound).
 SELECT p.topic, p.partition, coalesce(max(c.to_offset), p.start_offset)
 FROM exactly_once.partitions p
-LEFT JOIN exactly_once.committed_ranges c USING (pipeline, topic, partition)
+LEFT JOIN exactly_once.committed_ranges c
+       ON c.pipeline = p.pipeline AND c.topic = p.topic AND c.partition = p.partition AND c.from_offset < p.frontier
 WHERE p.pipeline = %(pipeline)s
 GROUP BY p.topic, p.partition, p.start_offset
 ORDER BY p.topic, p.partition;
@@ -55,7 +58,7 @@ ORDER BY c.id;
 -- Stalled checkpoints: their ranges, failed attempts, last error and since when.
 SELECT c.id, c.dag_run_id,
        coalesce((SELECT jsonb_agg(jsonb_build_array(r.topic, r.partition, r.from_offset, r.to_offset)
-                                  ORDER BY r.topic, r.partition)
+                                  ORDER BY r.topic, r.partition, r.from_offset)
                  FROM exactly_once.checkpoint_ranges r
                  WHERE r.checkpoint_id = c.id AND r.to_offset > r.from_offset), '[]'::jsonb),
        (SELECT count(*) FROM exactly_once.attempts a WHERE a.checkpoint_id = c.id AND a.retryable IS NOT NULL),

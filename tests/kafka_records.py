@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -91,6 +92,17 @@ class OpenTransaction:
             self.producer.abort_transaction(30)
         return [Produced(m.partition(), m.offset(), m.key(), m.value(), commit, m.timestamp()[1])
                 for m in self.delivered]
+
+
+def moment_after_the_last_marker() -> datetime:
+    """A moment after every record and transaction marker written so far, before any
+    written next (producers stamp records when they send them, the broker stamps markers
+    when it writes them; this machine's clock is the broker's): an interval boundary
+    between two batches, however long producing them took."""
+    time.sleep(0.05)
+    moment = datetime.now(timezone.utc)
+    time.sleep(0.05)
+    return moment
 
 
 def wait_until_stable(servers: str, topic: str, produced: list[Produced]) -> None:

@@ -169,8 +169,8 @@ class LedgerRows:
             self.run("insert_range", **where, from_offset=r.start, to_offset=r.end)
         for gap in plan.gaps:
             self.run("insert_gap", **where, from_offset=gap.start, to_offset=gap.end, now=now)
-        if plan.replanned:
-            self.run("mark_replanned", **where)
+        for released in plan.released:
+            self.run("mark_replanned", **where, from_offset=released.start, to_offset=released.end)
         self.run("set_frontier", **where, start_offset=plan.start_offset, frontier=plan.frontier)
 
     # -- staging ------------------------------------------------------------------------

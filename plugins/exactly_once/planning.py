@@ -99,7 +99,8 @@ class PartitionPlan:
     topic: str
     partition: int
     start_offset: int                         # where the pipeline started in this partition
-    replanned: tuple[OffsetRange, ...] = ()   # released ranges, taken whole
+    released: tuple[OffsetRange, ...] = ()    # released ranges this plan takes, as they were released
+    replanned: tuple[OffsetRange, ...] = ()   # what is read of them (retention may have cut some)
     fresh: tuple[OffsetRange, ...] = ()       # unclaimed offsets, in offset order
     gaps: tuple[OffsetRange, ...] = ()        # offsets lost to retention (only when data loss is allowed)
     frontier: int = 0
@@ -168,7 +169,8 @@ def plan_partition(state: PartitionState, offsets: PartitionOffsets, reach: Reac
         gap, rest = _survive_retention(wanted, offsets.log_start, allow_data_loss)
         gaps += [gap] if gap else []
         into.append(rest)
-    return PartitionPlan(state.topic, state.partition, start, tuple(replanned), tuple(kept), tuple(gaps), planned)
+    return PartitionPlan(state.topic, state.partition, start, state.released, tuple(replanned), tuple(kept),
+                         tuple(gaps), planned)
 
 
 def _survive_retention(wanted: OffsetRange, log_start: int, allow_data_loss: bool

@@ -69,7 +69,6 @@ class Ledger:
     def begin(self, dag_run_id: str, interval_start: datetime | None, interval_end: datetime | None,
               kafka: OffsetSource, reach: Reach = Reach.BACKLOG) -> Begun:
         """Begins the DAG run's checkpoint, or returns the one it began before (a retry).
-        A run without an interval start reaches back to the backlog whatever `reach` says.
         `Stalled` while another checkpoint of the pipeline is stalled."""
         with self.rows() as rows:
             own = rows.checkpoint_of_run(dag_run_id)
@@ -92,8 +91,7 @@ class Ledger:
             checkpoint_id = rows.checkpoint_of_run(dag_run_id)
             new = checkpoint_id is None
             if new:
-                checkpoint_id = self._plan(rows, dag_run_id, interval_start, interval_end,
-                                           Reach.BACKLOG if interval_start is None else reach, seen)
+                checkpoint_id = self._plan(rows, dag_run_id, interval_start, interval_end, reach, seen)
             return Begun(rows.checkpoint(checkpoint_id), recovery, new=new)
 
     def _plan(self, rows: LedgerRows, dag_run_id: str, interval_start: datetime | None,

@@ -6,9 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from contextlib import closing
-from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg2
@@ -24,6 +22,7 @@ from exactly_once.errors import Fenced
 from exactly_once.tables import DEAD_LETTER_STAGING, qualified, staging_table
 from tests import oracle
 from tests.oracle import Record
+from tests.kafka_records import moment_after_the_last_marker
 from tests.plugins.harness import Pipeline, committed_records, row_of, workload
 
 JOB = Path(__file__).resolve().parents[2] / "jobs" / "increment.py"
@@ -121,15 +120,6 @@ def test_a_checkpoint_with_several_ranges_in_a_partition_stages_exactly_their_re
             pipeline, in_ranges(pipeline, begun), token)
         assert pipeline.ledger.commit(begun.id) is Outcome.COMMITTED
     pipeline.assert_exact()
-
-
-def moment_after_the_last_marker() -> datetime:
-    """A moment after every record and transaction marker written so far (the broker
-    stamps markers when it writes them; this machine's clock is the broker's)."""
-    time.sleep(0.05)
-    moment = datetime.now(timezone.utc)
-    time.sleep(0.05)
-    return moment
 
 
 def test_a_second_attempt_replaces_the_first_attempts_staging(spark, pipeline, monkeypatch):

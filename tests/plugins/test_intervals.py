@@ -1,5 +1,5 @@
 """A run owns its data interval (README, "Which records a run takes"), against the real
-broker and ledger, through the run path: backfill runs planned in any order each take
+broker and ledger, through the run path, with interval boundaries set between batches: backfill runs planned in any order each take
 exactly the records stamped in their interval; the records no interval claimed (before
 the first interval, of an interval that never ran, of a transaction still open when its
 interval's run planned) are taken once, by the next run that is not a backfill."""
@@ -7,27 +7,15 @@ interval's run planned) are taken once, by the next run that is not a backfill."
 from __future__ import annotations
 
 from contextlib import closing
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import psycopg2
 import pytest
 
 from exactly_once.invariants import violations
 from exactly_once.planning import Reach
-from tests.dags.window import next_boundary, wait_until
-from tests.kafka_records import OpenTransaction, Produced, wait_until_stable
+from tests.kafka_records import OpenTransaction, Produced, moment_after_the_last_marker, wait_until_stable
 from tests.plugins.harness import KEYS, Pipeline, order
-
-# Records are stamped by their producer when produced, and transaction markers by the
-# broker when written: a test makes its intervals in real time, as a schedule does.
-INTERVAL = timedelta(seconds=3)
-
-
-@pytest.fixture
-def boundary():
-    """Interval i is [boundary(i), boundary(i + 1)), from the next whole second on."""
-    epoch = next_boundary(timedelta(seconds=1), lead=timedelta(seconds=1))
-    return lambda i: epoch + i * INTERVAL
 
 
 def orders(n: int, first: int) -> list[tuple]:
@@ -58,49 +46,48 @@ def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
     return Pipeline(ledger_db, kafka_servers, topic)
 
 
-def test_backfill_runs_in_any_order_take_their_intervals_and_the_next_scheduled_run_the_rest(pipeline, boundary):
+def test_backfill_runs_in_any_order_take_their_intervals_and_the_next_scheduled_run_the_rest(pipeline):
     pipeline.produce([(True, orders(4, 0))])  # before the first interval that ever runs
+    boundary = [moment_after_the_last_marker()]  # interval i is [boundary[i], boundary[i + 1])
     for i in range(5):
-        wait_until(boundary(i) + timedelta(milliseconds=200))
         pipeline.produce([(True, orders(9, 100 * (i + 1))), (False, orders(2, 900))])
-    wait_until(boundary(5))
+        boundary.append(moment_after_the_last_marker())
     taken = {}
     for i in (3, 0, 4, 2, 1):  # as a backfill's runs may begin
-        taken[i] = pipeline.run_once(boundary(i), boundary(i + 1), Reach.INTERVAL)
+        taken[i] = pipeline.run_once(boundary[i], boundary[i + 1], Reach.INTERVAL)
     for i, checkpoint_id in taken.items():
-        assert held(pipeline, checkpoint_id) == in_interval(pipeline.produced, boundary(i), boundary(i + 1))
+        assert held(pipeline, checkpoint_id) == in_interval(pipeline.produced, boundary[i], boundary[i + 1])
         assert len(held(pipeline, checkpoint_id)) == 9, f"interval {i}"
     with closing(psycopg2.connect(pipeline.db_url)) as conn:  # the unclaimed records lie past the frontier
         assert violations(conn, pipeline.config) == []
     # A backfill run over an interval already held takes nothing.
-    assert held(pipeline, pipeline.run_once(boundary(2), boundary(3), Reach.INTERVAL)) == []
+    assert held(pipeline, pipeline.run_once(boundary[2], boundary[3], Reach.INTERVAL)) == []
     # The records before the first interval: the next run that is not a backfill takes them.
-    scheduled = pipeline.run_once(boundary(5), boundary(6), Reach.BACKLOG)
-    assert held(pipeline, scheduled) == in_interval(pipeline.produced, boundary(-100), boundary(0))
-    assert len(held(pipeline, scheduled)) == 4
+    scheduled = pipeline.run_once(boundary[5], moment_after_the_last_marker(), Reach.BACKLOG)
+    assert held(pipeline, scheduled) == pipeline.produced[:4]
     assert_ledger_holds(pipeline)
 
 
 def test_a_transaction_open_across_an_intervals_end_is_taken_once_by_the_next_run_that_is_not_a_backfill(
-        pipeline, kafka_servers, topic, boundary):
-    wait_until(boundary(0))
+        pipeline, kafka_servers, topic):
+    boundary = [moment_after_the_last_marker()]
     pipeline.produce([(True, orders(6, 0))])
     late = OpenTransaction(kafka_servers, topic)
     late.produce(orders(3, 100))  # stamped in interval 0, still open when its run plans
-    wait_until(boundary(1))
+    boundary.append(moment_after_the_last_marker())
     with OpenTransaction(kafka_servers, topic) as next_interval:  # not stable either until the late one ends
         next_interval.produce(orders(6, 200))
         pipeline.produced += next_interval.end(commit=True)
-    wait_until(boundary(2))
-    first = pipeline.run_once(boundary(0), boundary(1), Reach.BACKLOG)
+    boundary.append(moment_after_the_last_marker())
+    first = pipeline.run_once(boundary[0], boundary[1], Reach.BACKLOG)
     assert held(pipeline, first) == pipeline.produced[:6]  # only what was stable
     late_records = late.end(commit=True)
     pipeline.produced += late_records
     wait_until_stable(kafka_servers, topic, pipeline.produced)
     # A backfill of the next interval takes that interval's records, not the late ones.
-    backfill = pipeline.run_once(boundary(1), boundary(2), Reach.INTERVAL)
-    assert held(pipeline, backfill) == in_interval(pipeline.produced, boundary(1), boundary(2))
+    backfill = pipeline.run_once(boundary[1], boundary[2], Reach.INTERVAL)
+    assert held(pipeline, backfill) == in_interval(pipeline.produced, boundary[1], boundary[2])
     assert len(held(pipeline, backfill)) == 6
-    scheduled = pipeline.run_once(boundary(2), boundary(3), Reach.BACKLOG)
+    scheduled = pipeline.run_once(boundary[2], moment_after_the_last_marker(), Reach.BACKLOG)
     assert held(pipeline, scheduled) == late_records and len(late_records) == 3
     assert_ledger_holds(pipeline)

@@ -79,6 +79,9 @@ def test_released_ranges_are_taken_whole_by_the_next_run_whatever_its_interval()
     state = known(50, released=[r(3, 9), r(20, 30)])
     planned = plan(state, PartitionOffsets(0, 100, 60, 70))
     assert planned.replanned == (r(3, 9), r(20, 30)) and planned.ranges == (r(3, 9), r(20, 30), r(60, 70))
+    # Retention cut one: the gap and the rest are planned, the range is marked as released.
+    cut = plan(state, PartitionOffsets(5, 100, 60, 70), allow_data_loss=True)
+    assert cut.released == (r(3, 9), r(20, 30)) and cut.gaps == (r(3, 5),) and cut.replanned == (r(5, 9), r(20, 30))
 
 
 def test_the_cap_is_shared_by_backlog_keeps_the_oldest_offsets_and_spares_replanned_ranges():
