@@ -57,8 +57,9 @@ def measure(servers: str, db_url: str, folder: Path, intervals: int = 10) -> Air
     sequential = _pipeline("bench_af_sequential", "bench_af_backfill")
     parallel = _pipeline("bench_af_parallel", "bench_af_backfill")
     pipelines = [empty, sequential, parallel]
-    for pipeline in pipelines:
+    for pipeline in pipelines:  # all first: two of them share a topic
         copies.remove(servers, db_url, demo_config(*pipeline), [pipeline[2]])
+    for pipeline in pipelines:
         copies.create_demo_tables(db_url, pipeline[2])
         ensure_topic(servers, pipeline[1])  # now: creating it inside an interval would make its batch late
 
