@@ -158,8 +158,9 @@ def unclaimed(topic: str, partition: int, start: int, end: int, claimed: Iterabl
 def plan_partition(state: PartitionState, offsets: PartitionOffsets, reach: Reach, allow_data_loss: bool
                    ) -> PartitionPlan:
     """The partition's released ranges, and the unclaimed offsets of the run's reach
-    (before the cap), with what retention deleted among them cut off as gaps."""
-    start = offsets.log_start if state.start is None else state.start
+    (before the cap), with what retention deleted among them cut off as gaps. `state.start`
+    is set: plan_checkpoint gives a partition never planned its start offset."""
+    start = state.start
     planned = start if state.frontier is None else state.frontier
     first = start if reach is Reach.BACKLOG else max(start, offsets.position(offsets.at_interval_start))
     end = offsets.position(offsets.at_interval_end)
