@@ -10,10 +10,12 @@ DELETE FROM exactly_once.gaps WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.checkpoint_ranges WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.staging_dead_letters
 WHERE checkpoint_id IN (SELECT id FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s);
+DELETE FROM exactly_once.operator_actions WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.attempts
 WHERE checkpoint_id IN (SELECT id FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s);
 DELETE FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.partitions WHERE pipeline = %(pipeline)s;
+DELETE FROM exactly_once.preflights WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.pipelines WHERE name = %(pipeline)s;
 
 -- name: drop_table

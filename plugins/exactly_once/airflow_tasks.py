@@ -18,17 +18,19 @@ from typing import Any
 import psycopg2
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.postgres.hooks.postgres import PostgresHook
-from airflow.sdk import task
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import BaseHook, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
 from exactly_once import tasks
 from exactly_once.config import ConfigError, PipelineConfig
 from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
 from exactly_once.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.planning import Reach
+from exactly_once.problems import PreflightFailed, Problem
 from exactly_once.protocol import Ledger
 
 PIPELINE_DB = "pipeline_db"
+SPARK = "spark_default"
 
 
 def connector(conn_id: str = PIPELINE_DB):
@@ -37,6 +39,37 @@ def connector(conn_id: str = PIPELINE_DB):
     c = PostgresHook.get_connection(conn_id)
     settings = {"host": c.host, "port": c.port or 5432, "user": c.login, "password": c.password, "dbname": c.schema}
     return lambda: psycopg2.connect(**settings)
+
+
+def connection_problems(conn_ids: tuple[str, ...] = (PIPELINE_DB, SPARK)) -> list[Problem]:
+    """The pipeline's Airflow connections that are not defined, and the pipeline database's
+    refusal of its connection (PostgreSQL's words, which never quote the password). A database
+    that did not answer, or refused for a reason that may pass (too many clients, starting up),
+    is a problem that may pass by itself: the task is retried."""
+    undefined = [conn_id for conn_id in conn_ids if not _defined(conn_id)]
+    problems = [Problem(f"connection {conn_id!r}", "is not defined (Admin → Connections in the UI, "
+                                                   f"or AIRFLOW_CONN_{conn_id.upper()})") for conn_id in undefined]
+    if PIPELINE_DB in conn_ids and PIPELINE_DB not in undefined:
+        try:
+            connector()().close()
+        except psycopg2.OperationalError as refused:
+            said = " ".join(str(refused).split())
+            problems.append(Problem(f"connection {PIPELINE_DB!r}", f"the pipeline database refuses it: {said}",
+                                    passing=not any(lasting in said for lasting in LASTING_REFUSALS)))
+    return problems
+
+
+# What PostgreSQL says (libpq gives no SQLSTATE at connect) when a login cannot work as it is
+# configured: a wrong password or user, a database that does not exist, no pg_hba.conf entry.
+LASTING_REFUSALS = ("authentication failed", "does not exist", "pg_hba.conf", "permission denied")
+
+
+def _defined(conn_id: str) -> bool:
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True
 
 
 def ledger(config: PipelineConfig, conn_id: str = PIPELINE_DB) -> Ledger:
@@ -90,10 +123,15 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
 
     @task.short_circuit(task_id="begin_checkpoint")
     def begin_checkpoint(**context) -> int | None:
-        with airflow_outcome(), KafkaOffsets(bootstrap_servers()) as kafka:
-            begun = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
-                                           context.get("data_interval_start"), context.get("data_interval_end"),
-                                           reach_of(context["dag_run"].run_type))
+        with airflow_outcome():
+            problems = connection_problems()
+            if problems:
+                raise PreflightFailed(config.name, problems)
+            with KafkaOffsets(bootstrap_servers()) as kafka:
+                begun = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
+                                               context.get("data_interval_start"),
+                                               context.get("data_interval_end"),
+                                               reach_of(context["dag_run"].run_type))
         return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 
     @task(task_id="commit", retries=commit_retries, retry_delay=timedelta(seconds=5),
@@ -105,7 +143,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                                            ti.try_number).value
 
     begun = begin_checkpoint()
-    increment = IncrementOperator(task_id="increment", config=config, conn_id="spark_default",
+    increment = IncrementOperator(task_id="increment", config=config, conn_id=SPARK,
                                   retries=increment_retries, retry_delay=timedelta(seconds=30),
                                   retry_exponential_backoff=True)
     begun >> increment >> commit()

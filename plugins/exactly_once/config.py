@@ -17,6 +17,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from exactly_once.errors import Permanent
 from exactly_once.formats import format_of
+from exactly_once.registry import Registry
 from exactly_once.spark_types import check as check_spark_type
 
 # Pipeline and sink names become parts of staging table names.
@@ -24,9 +25,15 @@ Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 Column = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 QualifiedTable = Annotated[str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$")]
 
-# Columns the library fills in from Kafka's metadata: append sinks are unique on
-# all three, upsert sinks keep the winning record's partition and offset.
+# Columns the library fills in from Kafka's metadata: append sinks are unique on the
+# first three, upsert sinks keep the winning record's partition and offset.
 KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET = "kafka_topic", "kafka_partition", "kafka_offset"
+KAFKA_TIMESTAMP = "kafka_timestamp"
+
+
+def _names(package: str) -> list[str]:
+    """The plug-ins of a package (sink modes, value formats): the valid values the schema shows."""
+    return Registry(package, "", "").names()
 
 
 class ConfigError(Permanent, ValueError):
@@ -44,10 +51,13 @@ class Source(_Frozen):
         description="Where a new pipeline starts in each partition: the log start, the last stable "
                     "offset at its first plan, or the first offset at or after a timestamp. "
                     "Partitions added later always start at their earliest offset.")
-    value_format: str = Field("json", description="Encoding of record values, a module of exactly_once.formats.")
+    value_format: str = Field("json", description="Encoding of record values, a module of exactly_once.formats.",
+                              json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.formats")))
     value_schema: dict[Column, str] = Field(
-        min_length=1, description="Fields of the value: column name -> Spark SQL type (e.g. 'bigint'), exactly "
-                                  "one type each (exactly_once.spark_types).")
+        min_length=1, description="Fields of the value: column name -> Spark SQL type, exactly one type each: "
+                                  "boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), date, "
+                                  "timestamp, timestamp_ntz, string, binary, array<T>, map<K,V>, struct<name: T, "
+                                  "...> (exactly_once.spark_types).")
 
     @field_validator("value_format")
     @classmethod
@@ -78,10 +88,11 @@ class Sink(_Frozen):
     table: QualifiedTable = Field(description="Final table, 'schema.table' or 'table'; created by the user.")
     mode: str = Field(
         description="How rows merge, a module of exactly_once.sinks: append: a row per record; upsert: by key, "
-                    "the highest offset wins; aggregate: measures of each group are added.")
+                    "the highest offset wins; aggregate: measures of each group are added.",
+        json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.sinks")))
     keys: tuple[Column, ...] = Field((), description="upsert: the key columns; aggregate: the group columns.")
     measures: dict[Column, Literal["sum", "count", "min", "max"]] = Field(
-        default_factory=dict, description="aggregate only: column -> how it merges.")
+        {}, description="aggregate only: column -> how it merges.")
 
     @field_validator("mode")
     @classmethod
@@ -111,8 +122,9 @@ class Sink(_Frozen):
 
 class PipelineConfig(_Frozen):
     name: Name = Field(description="Unique name of the pipeline in the ledger.")
-    source: Source
-    sinks: tuple[Sink, ...] = Field(min_length=1, description="Final tables committed together by a checkpoint.")
+    source: Source = Field(description="Where the records come from: the `source` table below.")
+    sinks: tuple[Sink, ...] = Field(min_length=1, description="Final tables committed together by a checkpoint: "
+                                                            "the `sinks[]` table below.")
     transform: str | None = Field(
         None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
         description="'module:function' taking and returning a Spark DataFrame, applied before the sinks.")

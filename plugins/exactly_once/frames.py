@@ -10,7 +10,6 @@ plans are built here; the attempt (exactly_once.increment) runs them.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,13 +17,13 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, ConfigError, PipelineConfig
+from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC, PipelineConfig
 from exactly_once.formats import format_of
 from exactly_once.planning import OffsetRange
 from exactly_once.row_checks import ColumnType, first_refusal, refusals
 from exactly_once.tables import DEAD_LETTERS
+from exactly_once.transforms import load_transform
 
-KAFKA_TIMESTAMP = "kafka_timestamp"
 COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
 _REFUSED = "_refused_because"
 _SET_ASIDE = "_set_aside"
@@ -66,14 +65,7 @@ def good_rows(parsed: DataFrame) -> DataFrame:
 
 
 def transform_of(config: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
-    if config.transform is None:
-        return lambda frame: frame
-    module, _, function = config.transform.partition(":")
-    try:
-        return getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError) as error:
-        raise ConfigError(f"pipeline {config.name!r}: transform {config.transform!r} cannot be loaded: {error}") \
-            from error
+    return load_transform(config) or (lambda frame: frame)
 
 
 def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]]) -> DataFrame:

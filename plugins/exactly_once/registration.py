@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from exactly_once.config import Sink
+from exactly_once import ddl
+from exactly_once.config import PipelineConfig, Sink
 from exactly_once.errors import Permanent
+from exactly_once.problems import Problem
 from exactly_once.ledger_rows import Q, LedgerRows
 from exactly_once.row_checks import ColumnType, column_types
 from exactly_once.tables import final_table, staging_index, staging_table
@@ -33,18 +35,39 @@ def register(rows: LedgerRows) -> None:
 
 def check_final_table(rows: LedgerRows, sink: Sink) -> list[str]:
     """The final table's columns, once it is found fit for the sink's mode."""
-    mode = sink.strategy
-    columns = rows.columns(final_table(sink))
+    columns = column_types(rows.cur, final_table(sink))
+    problems = structure_problems(rows.config, sink, columns, unique_column_sets(rows.cur, sink))
+    if problems:
+        raise SinkTableError("; ".join(f"{p.subject}: {p.message}" for p in problems))
+    return [c.name for c in columns]
+
+
+def unique_column_sets(cur, sink: Sink) -> set[frozenset[str]]:
+    """The column sets of the final table's unique indexes (what ON CONFLICT can use)."""
+    cur.execute(Q["unique_indexes"], {"table": final_table(sink).as_string(cur)})
+    return {frozenset(row[0]) for row in cur.fetchall()}
+
+
+def table_subject(sink: Sink) -> str:
+    return f"sink {sink.name!r}: table {sink.table}"
+
+
+def structure_problems(config: PipelineConfig, sink: Sink, columns: list[ColumnType],
+                       unique: set[frozenset[str]]) -> list[Problem]:
+    """What keeps the sink's final table (its columns, and the column sets of its unique
+    indexes) from taking its mode's merges: it is missing, lacks a column the mode needs, or is
+    not unique on what the mode merges on; each with its fix."""
     if not columns:
-        raise SinkTableError(f"sink {sink.name!r}: final table {sink.table} does not exist")
-    missing = sorted(mode.required_columns(sink) - set(columns))
-    if missing:
-        raise SinkTableError(f"sink {sink.name!r}: final table {sink.table} lacks columns {missing}")
-    rows.run("unique_indexes", table=final_table(sink).as_string(rows.cur))
-    if mode.unique_columns(sink) not in {frozenset(row[0]) for row in rows.cur.fetchall()}:
-        raise SinkTableError(f"sink {sink.name!r} ({sink.mode}): final table {sink.table} needs a unique "
-                             f"index or constraint on exactly {sorted(mode.unique_columns(sink))}")
-    return columns
+        return [Problem(table_subject(sink), "does not exist", ddl.create_table(config, sink))]
+    mode = sink.strategy
+    problems = [Problem(f"{table_subject(sink)}: column {c}", f"is missing: the {sink.mode} mode needs it",
+                        ddl.add_column(config, sink, c))
+                for c in sorted(mode.required_columns(sink) - {c.name for c in columns})]
+    if mode.unique_columns(sink) not in unique:
+        problems.append(Problem(table_subject(sink), f"has no unique index or constraint on exactly "
+                                                     f"{sorted(mode.unique_columns(sink))}, which the {sink.mode} "
+                                                     "mode merges on", ddl.add_unique(sink)))
+    return problems
 
 
 def final_columns(rows: LedgerRows) -> dict[str, list[ColumnType]]:

@@ -16,7 +16,7 @@ from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 
-from exactly_once import faults
+from exactly_once import faults, preflight
 from exactly_once.checkpoints import Begun, Outcome, State
 from exactly_once.config import PipelineConfig
 from exactly_once.errors import AttemptFailed, Fenced, NotRunnable, PipelineError, Stalled
@@ -33,10 +33,13 @@ JOB = str(Path(__file__).resolve().parents[2] / "jobs" / "increment.py")  # the 
 
 def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
                      end: datetime | None, reach: Reach = Reach.BACKLOG) -> Begun:
-    """Migrates the ledger, recovers, and begins (or finds again) the run's checkpoint;
-    says in the log what it planned or, for an empty interval, who holds its records."""
+    """Migrates the ledger, runs the preflight (once per configuration version), recovers, and
+    begins (or finds again) the run's checkpoint; says in the log what it planned or, for an
+    empty interval, who holds its records."""
     with closing(ledger.connect()) as conn:
         migrate(conn)
+    if preflight.require(ledger.config, kafka, ledger.connect):
+        log.info("preflight: pipeline %r is ready (checked once for this configuration version)", ledger.config.name)
     begun = ledger.begin(run_id, start, end, kafka, reach)
     checkpoint = begun.checkpoint
     log.info("recovery: %s", begun.recovery)

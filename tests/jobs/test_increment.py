@@ -26,12 +26,11 @@ from tests.kafka_records import moment_after_the_last_marker
 from tests.plugins.harness import Pipeline, committed_records, row_of, workload
 
 JOB = Path(__file__).resolve().parents[2] / "jobs" / "increment.py"
-TRANSFORM = "tests.jobs.transforms:measures"
 
 
 @pytest.fixture
 def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
-    return Pipeline(ledger_db, kafka_servers, topic, transform=TRANSFORM)
+    return Pipeline(ledger_db, kafka_servers, topic)
 
 
 def attempt(spark, pipeline: Pipeline, checkpoint_id: int, token: int):
@@ -153,7 +152,7 @@ def test_a_stale_token_cannot_pre_commit_or_write(spark, pipeline):
 
 
 def test_the_fail_policy_fails_the_attempt_naming_the_bad_records(spark, ledger_db, kafka_servers, topic):
-    pipeline = Pipeline(ledger_db, kafka_servers, topic, transform=TRANSFORM, on_bad_record="fail")
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, on_bad_record="fail")
     pipeline.produce([(True, [(2, None, b"{not json")])])
     checkpoint = pipeline.begin().checkpoint
     token = pipeline.ledger.start_attempt(checkpoint.id).attempt

@@ -46,6 +46,9 @@ CREATE TABLE {schema}.totals (k text PRIMARY KEY, records bigint NOT NULL, total
 """
 
 
+TRANSFORM = "tests.jobs.transforms:measures"  # the aggregate's measures, which `row_of` folds too
+
+
 def make_pipeline(db_url: str, topic: str, **overrides) -> PipelineConfig:
     name = f"p{uuid.uuid4().hex[:10]}"
     with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
@@ -53,6 +56,7 @@ def make_pipeline(db_url: str, topic: str, **overrides) -> PipelineConfig:
     return load_config({
         "name": name,
         "source": {"topics": [topic], "value_schema": {"id": "string", "k": "string", "n": "bigint"}},
+        "transform": TRANSFORM,
         "sinks": [
             {"name": "events", "table": f"{name}.events", "mode": "append"},
             {"name": "latest", "table": f"{name}.latest", "mode": "upsert", "keys": ["k"]},

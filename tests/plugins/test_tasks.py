@@ -20,12 +20,11 @@ from exactly_once.planning import DataLossError
 from exactly_once.registration import SinkTableError
 from tests.plugins.harness import Pipeline, workload
 
-TRANSFORM = "tests.jobs.transforms:measures"
 
 
 @pytest.fixture
 def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
-    return Pipeline(ledger_db, kafka_servers, topic, transform=TRANSFORM)
+    return Pipeline(ledger_db, kafka_servers, topic)
 
 
 def begun(pipeline: Pipeline) -> int:
@@ -93,7 +92,7 @@ def test_a_lost_job_is_aborted_and_retried_on_the_same_ranges(pipeline):
 
 def test_a_job_that_records_a_failure_no_retry_fixes_stalls_and_fails_its_task_without_retry(spark, ledger_db,
                                                                                               kafka_servers, topic):
-    pipeline = Pipeline(ledger_db, kafka_servers, topic, transform=TRANSFORM, on_bad_record="fail")
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, on_bad_record="fail")
     pipeline.produce([(True, [(2, None, b"{not json")])])
     checkpoint_id = pipeline.begin().checkpoint.id
     offset = pipeline.produced[0].offset

@@ -1,0 +1,167 @@
+"""The library's commands for a pipeline's author:
+
+    python -m exactly_once check DAG_FILE_OR_PIPELINE
+        the preflight, without starting Spark: every problem of the pipeline(s) of a DAG
+        file (or of a pipeline as registered in the ledger), exit status 1 when there is one
+    python -m exactly_once new NAME --topic TOPIC --schema 'field:type,...'
+        a first pipeline: its configuration module, DAG file and table DDL (exactly_once.scaffold)
+    python -m exactly_once reference
+        the configuration reference, in Markdown, from the model (exactly_once.reference)
+
+Connections are Airflow's (`pipeline_db`, `spark_default`); Kafka's brokers are
+KAFKA_BOOTSTRAP_SERVERS (`source .local/env.sh` for the local stack).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+import psycopg2
+
+from exactly_once.config import ConfigError, PipelineConfig, load_config
+from exactly_once.problems import Problem, report
+
+PREFLIGHT_KAFKA_TIMEOUT = 10  # seconds; a broker that does not answer by then is a problem
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m exactly_once", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check", help="the preflight of a DAG file's pipelines, or of a registered one")
+    check.add_argument("target", metavar="DAG_FILE_OR_PIPELINE")
+    new = commands.add_parser("new", help="scaffold a pipeline with one append sink")
+    new.add_argument("name")
+    new.add_argument("--topic", required=True)
+    new.add_argument("--schema", required=True, help="the value's fields: 'name:spark_type,...'")
+    new.add_argument("--table", help="the final table, 'schema.table' (default: NAME)")
+    new.add_argument("--dags", type=Path, default=Path("dags"), help="Airflow's DAGs folder (default: dags)")
+    new.add_argument("--plugins", type=Path, default=Path("plugins"),
+                     help="a folder on the workers' Python path (default: plugins)")
+    commands.add_parser("reference", help="print the configuration reference (Markdown)")
+    args = parser.parse_args(argv)
+
+    if args.command == "check":
+        return run_check(args.target)
+    if args.command == "new":
+        from exactly_once.scaffold import scaffold
+
+        try:
+            written = scaffold(args.name, args.topic, args.schema, args.table, args.dags, args.plugins)
+        except (ConfigError, FileExistsError) as refused:
+            print(refused, file=sys.stderr)
+            return 1
+        print("\n".join(["wrote:", *(f"  {path}" for path in written)]))
+        return 0
+    from exactly_once.reference import markdown
+
+    print(markdown(), end="")
+    return 0
+
+
+def run_check(target: str) -> int:
+    """Prints each pipeline's report; 1 when any has a problem (or none could be loaded)."""
+    # Like Airflow's own CLI, read connections from the metadata database too (Admin →
+    # Connections), not only from the environment and secrets backends a worker sees.
+    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
+    from exactly_once import airflow_tasks
+
+    connections = airflow_tasks.connection_problems()
+    ledger_unreachable = any(p.subject == f"connection {airflow_tasks.PIPELINE_DB!r}" for p in connections)
+    connect = None if ledger_unreachable else airflow_tasks.connector()
+    try:
+        configs = configs_of(target, connect)
+    except Unloadable as unusable:
+        print(report(unusable.problem.subject, [*connections, unusable.problem]))
+        return 1
+    failed = False
+    for config in configs:
+        problems = [*connections, *pipeline_problems(config, connect)]
+        print(report(f"pipeline {config.name!r}", problems))
+        failed = failed or bool(problems)
+    return 1 if failed else 0
+
+
+def pipeline_problems(config: PipelineConfig, connect) -> list[Problem]:
+    """The preflight of one pipeline: its tables only with a pipeline database to ask, its
+    topics only with brokers to ask; an error on the way is a problem too."""
+    from confluent_kafka import KafkaException
+
+    from exactly_once import preflight
+    from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
+
+    try:
+        servers = bootstrap_servers()
+    except RuntimeError as unset:
+        return [Problem("Kafka", str(unset)), *preflight.check(config, None, connect)]
+    try:
+        with KafkaOffsets(servers, timeout=PREFLIGHT_KAFKA_TIMEOUT) as kafka:
+            return preflight.check(config, kafka, connect)
+    except (psycopg2.Error, KafkaException) as failed:
+        return [Problem("preflight", f"stopped by {type(failed).__name__}: {' '.join(str(failed).split())}")]
+
+
+class Unloadable(Exception):
+    """No configuration could be loaded from the target: the problem says why."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+def configs_of(target: str, connect) -> list[PipelineConfig]:
+    """The pipelines of a DAG file (as Airflow parses it), or one registered in the ledger."""
+    if target.endswith(".py"):
+        return _dag_file_configs(Path(target))
+    subject = f"pipeline {target!r}"
+    if connect is None:
+        raise Unloadable(Problem(subject, "its registered configuration cannot be read without the ledger"))
+    from exactly_once.ledger_rows import registered_config
+
+    try:
+        with contextlib.closing(connect()) as conn, conn.cursor() as cur:
+            return [load_config(registered_config(cur, target))]
+    except (LookupError, psycopg2.errors.UndefinedTable):
+        raise Unloadable(Problem(subject, "is not registered in the ledger (it never ran): give its DAG file"))
+    except ConfigError as unusable:
+        raise Unloadable(Problem(subject, f"its registered configuration no longer loads: {unusable}"))
+
+
+def _dag_file_configs(path: Path) -> list[PipelineConfig]:
+    subject = f"DAG file {path}"
+    if not path.is_file():
+        raise Unloadable(Problem(subject, "does not exist"))
+    from airflow.dag_processing.dagbag import DagBag
+
+    from exactly_once.airflow_tasks import IncrementOperator
+
+    with _stdout_to_stderr():  # Airflow logs its parsing on stdout; the report is the command's output
+        bag = DagBag(dag_folder=path)
+    if bag.import_errors:  # the last line of each traceback: the error, e.g. a ConfigError naming the field
+        raise Unloadable(Problem(subject, "does not import: " + "\n".join(
+            error.strip().splitlines()[-1] for error in bag.import_errors.values())))
+    configs = [task.config for dag in bag.dags.values() for task in dag.tasks
+               if isinstance(task, IncrementOperator)]
+    if not configs:
+        raise Unloadable(Problem(subject, "has no pipeline DAG (no checkpoint_tasks(config) in a DAG)"))
+    return configs
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
