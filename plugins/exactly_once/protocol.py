@@ -70,11 +70,7 @@ class Ledger:
               kafka: OffsetSource, reach: Reach = Reach.BACKLOG) -> Begun:
         """Begins the DAG run's checkpoint, or returns the one it began before (a retry).
         `Stalled` while another checkpoint of the pipeline is stalled."""
-        with self.rows() as rows:
-            own = rows.checkpoint_of_run(dag_run_id)
-            stalled = [c for c in rows.stalled() if c.id != own]
-            if stalled:
-                raise Stalled(self.config.name, stalled[0])
+        self.refuse_if_stalled(dag_run_id)
         self.register()
         recovery = self.recover()
         with self.rows() as rows:
@@ -93,6 +89,14 @@ class Ledger:
             if new:
                 checkpoint_id = self._plan(rows, dag_run_id, interval_start, interval_end, reach, seen)
             return Begun(rows.checkpoint(checkpoint_id), recovery, new=new)
+
+    def refuse_if_stalled(self, dag_run_id: str) -> None:
+        """`Stalled` while a checkpoint of the pipeline other than the run's own is stalled."""
+        with self.rows() as rows:
+            own = rows.checkpoint_of_run(dag_run_id)
+            stalled = [c for c in rows.stalled() if c.id != own]
+            if stalled:
+                raise Stalled(self.config.name, stalled[0])
 
     def _plan(self, rows: LedgerRows, dag_run_id: str, interval_start: datetime | None,
               interval_end: datetime | None, reach: Reach, seen: Mapping[tuple[str, int], PartitionOffsets]) -> int:

@@ -33,13 +33,16 @@ JOB = str(Path(__file__).resolve().parents[2] / "jobs" / "increment.py")  # the 
 
 def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
                      end: datetime | None, reach: Reach = Reach.BACKLOG) -> Begun:
-    """Migrates the ledger, runs the preflight (once per configuration version), recovers, and
-    begins (or finds again) the run's checkpoint; says in the log what it planned or, for an
-    empty interval, who holds its records."""
+    """Migrates the ledger, refuses to go on while another checkpoint is stalled (promise 9:
+    that comes first), runs the preflight, recovers, and begins (or finds again) the run's
+    checkpoint; says in the log what it planned or, for an empty interval, who holds its
+    records."""
     with closing(ledger.connect()) as conn:
         migrate(conn)
-    if preflight.require(ledger.config, kafka, ledger.connect):
-        log.info("preflight: pipeline %r is ready (checked once for this configuration version)", ledger.config.name)
+    ledger.refuse_if_stalled(run_id)
+    imported = preflight.require(ledger.config, kafka, ledger.connect)
+    log.info("preflight: pipeline %r is ready%s", ledger.config.name,
+             " (its transform imports: checked once for this configuration version)" if imported else "")
     begun = ledger.begin(run_id, start, end, kafka, reach)
     checkpoint = begun.checkpoint
     log.info("recovery: %s", begun.recovery)
