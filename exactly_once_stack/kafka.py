@@ -15,7 +15,7 @@ import uuid
 from confluent_kafka.admin import AdminClient
 
 from exactly_once_stack import process
-from exactly_once_stack.settings import JARS, LOCAL, LOOPBACK, ROOT, java_home, ports
+from exactly_once_stack.settings import JARS, LOCAL, LOOPBACK, ROOT, java_home, passwords, ports
 
 HOME = LOCAL / "kafka"
 DATA = HOME / "data"
@@ -41,15 +41,22 @@ def _java(main: str, *args: str) -> list[str]:
 def _write_config() -> None:
     port = ports()
     HOME.mkdir(parents=True, exist_ok=True)
+    CONFIG.touch()
+    CONFIG.chmod(0o600)  # before it holds the SASL user's password
     CONFIG.write_text(f"""\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{LOOPBACK}:{port['kafka_controller']}
-listeners=PLAINTEXT://{LOOPBACK}:{port['kafka']},CONTROLLER://{LOOPBACK}:{port['kafka_controller']}
-advertised.listeners=PLAINTEXT://{LOOPBACK}:{port['kafka']}
+listeners=PLAINTEXT://{LOOPBACK}:{port['kafka']},SASL_PLAINTEXT://{LOOPBACK}:{port['kafka_sasl']},\
+CONTROLLER://{LOOPBACK}:{port['kafka_controller']}
+advertised.listeners=PLAINTEXT://{LOOPBACK}:{port['kafka']},SASL_PLAINTEXT://{LOOPBACK}:{port['kafka_sasl']}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+# The pipelines' listener (kafka_default): SASL/PLAIN, one user.
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \
+required user_pipeline="{passwords()['kafka_pipeline']}";
 log.dirs={DATA}
 num.partitions=1
 auto.create.topics.enable=false

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from importlib.metadata import version as dist_version
 
@@ -46,7 +47,9 @@ def status() -> dict[str, str]:
     pg, broker = postgres.pid(), kafka.pid()
     return {
         "postgres": f"running pid {pg}, {env['PIPELINE_DB_URL'].split('@')[1]}" if pg else "stopped",
-        "kafka": f"running pid {broker}, {env['KAFKA_BOOTSTRAP_SERVERS']}" if broker else "stopped",
+        "kafka": f"running pid {broker}, {env['KAFKA_BOOTSTRAP_SERVERS']} (plaintext), "
+                 f"{json.loads(env['AIRFLOW_CONN_KAFKA_DEFAULT'])['extra']['bootstrap.servers']} (SASL/PLAIN: "
+                 "kafka_default)" if broker else "stopped",
         "env": str(ENV_SH) if ENV_SH.exists() else "not written yet (run `python -m exactly_once_stack up`)",
     }
 

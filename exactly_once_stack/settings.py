@@ -1,7 +1,8 @@
 """Where the local stack lives, its ports and secrets, and the environment it exports.
 
-`environment()` is the single source of every variable the project's tools read
-(KAFKA_BOOTSTRAP_SERVERS, PIPELINE_DB_URL, AIRFLOW_*, SPARK_*) on the local stack;
+`environment()` is the single source of every variable the project's tools read on the
+local stack: Airflow's settings and connections (AIRFLOW_*, among them the pipeline's
+connections pipeline_db, kafka_default, spark_default), SPARK_*, and LOCAL_CLIENTS;
 `.local/env.sh` is written from it for shells. Airflow settings that do not depend on
 the deployment come from deploy/airflow.env, which docker-compose.yaml reads too.
 """
@@ -29,27 +30,43 @@ SPARK_MASTER = "local[2]"
 
 # Each port can be fixed with STACK_<NAME>_PORT; otherwise a free one is picked
 # on first start and kept in .local/ports.json.
-PORT_NAMES = ("postgres", "kafka", "kafka_controller", "airflow_api")
+# kafka: the plaintext listener (the tests' producers and oracles); kafka_sasl: SASL/PLAIN,
+# the one the pipelines use through kafka_default.
+PORT_NAMES = ("postgres", "kafka", "kafka_controller", "kafka_sasl", "airflow_api")
 
 
-def _json_file(path: Path, make: callable) -> dict:
-    if path.exists():
-        return json.loads(path.read_text())
-    value = make()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, indent=2) + "\n")
-    path.chmod(0o600)
-    return value
+# The local stack's plaintext Kafka listener and its pipeline database as a libpq URI, for
+# its own clients: the tests' producers and oracles, the smoke DAG, psql. The library reads
+# neither (it reads the Airflow connections): a deployment does not set them.
+LOCAL_CLIENTS = ("KAFKA_BOOTSTRAP_SERVERS", "PIPELINE_DB_URL")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+def _json_file(path: Path, names: tuple[str, ...], make: callable) -> dict:
+    """The values kept in `path`; those of `names` it lacks (all on first use, or one added
+    since the checkout's first use) made by `make(name, kept)` and kept."""
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    missing = [name for name in names if name not in kept]
+    for name in missing:
+        kept[name] = make(name, kept)
+    if missing:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(kept, indent=2) + "\n")
+        path.chmod(0o600)
+    return kept
+
+
+def _free_port(_name: str, kept: dict[str, int]) -> int:
+    """A port free now and none of those kept (their service may be stopped)."""
+    while True:
+        with socket.socket() as s:
+            s.bind((LOOPBACK, 0))
+            port = s.getsockname()[1]
+        if port not in kept.values():
+            return port
 
 
 def ports() -> dict[str, int]:
-    chosen = _json_file(LOCAL / "ports.json", lambda: {name: _free_port() for name in PORT_NAMES})
+    chosen = _json_file(LOCAL / "ports.json", PORT_NAMES, _free_port)
     for name in PORT_NAMES:
         override = os.environ.get(f"STACK_{name.upper()}_PORT")
         if override:
@@ -59,21 +76,32 @@ def ports() -> dict[str, int]:
     return chosen
 
 
+SECRETS = {
+    "postgres": lambda: secrets.token_urlsafe(18),
+    "pipeline": lambda: secrets.token_urlsafe(18),
+    "airflow": lambda: secrets.token_urlsafe(18),
+    "airflow_admin": lambda: secrets.token_urlsafe(12),
+    "kafka_pipeline": lambda: secrets.token_urlsafe(18),
+    "jwt_secret": lambda: secrets.token_urlsafe(32),
+    "fernet_key": lambda: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+}
+
+
 def passwords() -> dict[str, str]:
     """Generated once per checkout; local-only credentials, never committed."""
-    return _json_file(LOCAL / "secrets.json", lambda: {
-        "postgres": secrets.token_urlsafe(18),
-        "pipeline": secrets.token_urlsafe(18),
-        "airflow": secrets.token_urlsafe(18),
-        "airflow_admin": secrets.token_urlsafe(12),
-        "jwt_secret": secrets.token_urlsafe(32),
-        "fernet_key": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
-    })
+    return _json_file(LOCAL / "secrets.json", tuple(SECRETS), lambda name, _kept: SECRETS[name]())
 
 
 def db_url(database: str, scheme: str = "postgresql") -> str:
     """A URI for `database`, whose owner role has the same name."""
     return f"{scheme}://{database}:{passwords()[database]}@{LOOPBACK}:{ports()['postgres']}/{database}"
+
+
+def kafka_connection() -> dict:
+    """kafka_default: the SASL/PLAIN listener, as the Kafka provider's connection type holds it."""
+    return {"conn_type": "kafka", "extra": {
+        "bootstrap.servers": f"{LOOPBACK}:{ports()['kafka_sasl']}", "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN", "sasl.username": "pipeline", "sasl.password": passwords()["kafka_pipeline"]}}
 
 
 def java_home() -> str:
@@ -124,6 +152,7 @@ def environment() -> dict[str, str]:
         "AIRFLOW__API_AUTH__JWT_SECRET": pw["jwt_secret"],
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
         "AIRFLOW_CONN_PIPELINE_DB": json.dumps(pipeline_db),
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka_connection()),
     }
 
 

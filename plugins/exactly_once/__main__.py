@@ -8,8 +8,8 @@
     python -m exactly_once reference
         the configuration reference, in Markdown, from the model (exactly_once.reference)
 
-Connections are Airflow's (`pipeline_db`, `spark_default`); Kafka's brokers are
-KAFKA_BOOTSTRAP_SERVERS (`source .local/env.sh` for the local stack).
+Connections are Airflow's (`pipeline_db`, `kafka_default`, `spark_default`), read from the
+environment and from Airflow's metadata database (`exactly_once.connections`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 import psycopg2
 
 from exactly_once.config import ConfigError, PipelineConfig, load_config
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.problems import Problem, report
 
 PREFLIGHT_KAFKA_TIMEOUT = 10  # seconds; a broker that does not answer by then is a problem
@@ -64,14 +65,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_check(target: str) -> int:
     """Prints each pipeline's report; 1 when any has a problem (or none could be loaded)."""
-    # Like Airflow's own CLI, read connections from the metadata database too (Admin →
-    # Connections), not only from the environment and secrets backends a worker sees.
-    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
-    from exactly_once import airflow_tasks
+    from exactly_once import connections as airflow_connections
 
-    connections = airflow_tasks.connection_problems()
-    ledger_unreachable = any(p.subject == f"connection {airflow_tasks.PIPELINE_DB!r}" for p in connections)
-    connect = None if ledger_unreachable else airflow_tasks.connector()
+    airflow_connections.read_from_metadata_database()
+    connections = airflow_connections.connection_problems()
+    unusable = {p.subject for p in connections}
+    ledger_unreachable = f"connection {airflow_connections.PIPELINE_DB!r}" in unusable
+    connect = None if ledger_unreachable else airflow_connections.connector()
+    kafka = None if unusable & {f"connection {airflow_connections.KAFKA!r}", "Kafka"} \
+        else airflow_connections.kafka_client()
     try:
         configs = configs_of(target, connect)
     except Unloadable as unusable:
@@ -79,27 +81,25 @@ def run_check(target: str) -> int:
         return 1
     failed = False
     for config in configs:
-        problems = [*connections, *pipeline_problems(config, connect)]
+        problems = [*connections, *pipeline_problems(config, kafka, connect)]
         print(report(f"pipeline {config.name!r}", problems))
         failed = failed or bool(problems)
     return 1 if failed else 0
 
 
-def pipeline_problems(config: PipelineConfig, connect) -> list[Problem]:
+def pipeline_problems(config: PipelineConfig, kafka: KafkaClient | None, connect) -> list[Problem]:
     """The preflight of one pipeline: its tables only with a pipeline database to ask, its
-    topics only with brokers to ask; an error on the way is a problem too."""
+    topics only with a usable Kafka connection; an error on the way is a problem too."""
     from confluent_kafka import KafkaException
 
     from exactly_once import preflight
-    from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
+    from exactly_once.kafka_offsets import KafkaOffsets
 
+    if kafka is None:
+        return preflight.check(config, None, connect)
     try:
-        servers = bootstrap_servers()
-    except RuntimeError as unset:
-        return [Problem("Kafka", str(unset)), *preflight.check(config, None, connect)]
-    try:
-        with KafkaOffsets(servers, timeout=PREFLIGHT_KAFKA_TIMEOUT) as kafka:
-            return preflight.check(config, kafka, connect)
+        with KafkaOffsets(kafka, timeout=PREFLIGHT_KAFKA_TIMEOUT) as offsets:
+            return preflight.check(config, offsets, connect)
     except (psycopg2.Error, KafkaException) as failed:
         return [Problem("preflight", f"stopped by {type(failed).__name__}: {' '.join(str(failed).split())}")]
 

@@ -4,8 +4,8 @@
 
 Operators are thin: the work of each task is in `exactly_once.tasks`, and what
 follows a task (skip, retry, fail without retry) is `exactly_once.outcomes`'s
-word, applied here by `airflow_outcome`. The pipeline database comes from the
-Airflow connection `pipeline_db`; the Spark master from `spark_default`.
+word, applied here by `airflow_outcome`. The pipeline database, Kafka and the Spark
+master come from Airflow connections (`exactly_once.connections`).
 """
 
 from __future__ import annotations
@@ -15,62 +15,20 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-import psycopg2
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.postgres.hooks.postgres import PostgresHook
-from airflow.sdk import BaseHook, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+from airflow.sdk import task
+from airflow.sdk.exceptions import AirflowFailException
 
-from exactly_once import tasks
+from exactly_once import lineage, overview, tasks
 from exactly_once.config import ConfigError, PipelineConfig
-from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
+from exactly_once.connections import PIPELINE_DB, SPARK, connection_problems, connector, kafka_client, \
+    pipeline_db_location, pipeline_db_url
+from exactly_once.job_settings import JobSettings
+from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.planning import Reach
-from exactly_once.problems import PreflightFailed, Problem
+from exactly_once.problems import PreflightFailed
 from exactly_once.protocol import Ledger
-
-PIPELINE_DB = "pipeline_db"
-SPARK = "spark_default"
-
-
-def connector(conn_id: str = PIPELINE_DB):
-    """psycopg2 connections to the pipeline database of an Airflow connection (the hook's
-    own connections may be psycopg 3, which psycopg2.sql cannot compose for)."""
-    c = PostgresHook.get_connection(conn_id)
-    settings = {"host": c.host, "port": c.port or 5432, "user": c.login, "password": c.password, "dbname": c.schema}
-    return lambda: psycopg2.connect(**settings)
-
-
-def connection_problems(conn_ids: tuple[str, ...] = (PIPELINE_DB, SPARK)) -> list[Problem]:
-    """The pipeline's Airflow connections that are not defined, and the pipeline database's
-    refusal of its connection (PostgreSQL's words, which never quote the password). A database
-    that did not answer, or refused for a reason that may pass (too many clients, starting up),
-    is a problem that may pass by itself: the task is retried."""
-    undefined = [conn_id for conn_id in conn_ids if not _defined(conn_id)]
-    problems = [Problem(f"connection {conn_id!r}", "is not defined (Admin → Connections in the UI, "
-                                                   f"or AIRFLOW_CONN_{conn_id.upper()})") for conn_id in undefined]
-    if PIPELINE_DB in conn_ids and PIPELINE_DB not in undefined:
-        try:
-            connector()().close()
-        except psycopg2.OperationalError as refused:
-            said = " ".join(str(refused).split())
-            problems.append(Problem(f"connection {PIPELINE_DB!r}", f"the pipeline database refuses it: {said}",
-                                    passing=not any(lasting in said for lasting in LASTING_REFUSALS)))
-    return problems
-
-
-# What PostgreSQL says (libpq gives no SQLSTATE at connect) when a login cannot work as it is
-# configured: a wrong password or user, a database that does not exist, no pg_hba.conf entry.
-LASTING_REFUSALS = ("authentication failed", "does not exist", "pg_hba.conf", "permission denied")
-
-
-def _defined(conn_id: str) -> bool:
-    try:
-        BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        return False
-    return True
-
 
 def ledger(config: PipelineConfig, conn_id: str = PIPELINE_DB) -> Ledger:
     return Ledger(config, connector(conn_id))
@@ -95,20 +53,34 @@ def airflow_outcome() -> Iterator[None]:
 
 
 class IncrementOperator(SparkSubmitOperator):
-    """One attempt of the run's checkpoint through spark-submit (`tasks.run_increment`)."""
+    """One attempt of the run's checkpoint through spark-submit (`tasks.run_increment`); the
+    job reaches the pipeline database and Kafka with this task's connections
+    (`exactly_once.job_settings`)."""
 
     def __init__(self, *, config: PipelineConfig, **kwargs: Any):
         super().__init__(application=tasks.JOB, name=f"{config.name} increment", **kwargs)
         self.config = config
 
     def execute(self, context) -> None:
-        def submit(arguments: list[str]) -> None:
-            self.application_args = arguments
-            super(IncrementOperator, self).execute(context)
-
         checkpoint_id = context["ti"].xcom_pull(task_ids="begin_checkpoint")
-        with airflow_outcome():
+        with airflow_outcome(), JobSettings(pipeline_db_url(), kafka_client()).written() as settings:
+            def submit(arguments: list[str]) -> None:
+                self.application_args = [*arguments, "--settings", str(settings)]
+                super(IncrementOperator, self).execute(context)
+
             tasks.run_increment(ledger(self.config), checkpoint_id, submit)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The run's lineage (`exactly_once.lineage`): the topics in; the sink tables and the
+        dead letters out."""
+        from airflow.providers.common.compat.openlineage.facet import Dataset
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        def datasets(names: list[lineage.DatasetName]) -> list[Dataset]:
+            return [Dataset(namespace=n.namespace, name=n.name) for n in names]
+
+        return OperatorLineage(inputs=datasets(lineage.inputs(self.config, kafka_client().bootstrap_servers)),
+                               outputs=datasets(lineage.outputs(self.config, *pipeline_db_location())))
 
 
 def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_retries: int = 4):
@@ -127,11 +99,12 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
             problems = connection_problems()
             if problems:
                 raise PreflightFailed(config.name, problems)
-            with KafkaOffsets(bootstrap_servers()) as kafka:
+            with KafkaOffsets(kafka_client()) as kafka:
                 begun = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
                                                context.get("data_interval_start"),
                                                context.get("data_interval_end"),
                                                reach_of(context["dag_run"].run_type))
+            overview.record_dag(connector(), config.name, context["dag"].dag_id)  # the view's links to runs
         return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 
     @task(task_id="commit", retries=commit_retries, retry_delay=timedelta(seconds=5),

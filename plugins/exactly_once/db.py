@@ -1,25 +1,11 @@
-"""Connections to the pipeline database; credentials come from the environment."""
+"""The pipeline database's libpq URI as Spark's JDBC writer needs it (pgjdbc options)."""
 
 from __future__ import annotations
 
 import re
 from urllib.parse import quote, unquote
 
-import psycopg2
-
 from exactly_once.config import ConfigError
-from exactly_once.settings import required
-
-URL_VARIABLE = "PIPELINE_DB_URL"
-
-
-def url() -> str:
-    return required(URL_VARIABLE, "a libpq URI of the pipeline database")
-
-
-def connect():
-    return psycopg2.connect(url())
-
 
 # libpq URI query parameters that pgjdbc has under the same meaning: libpq keyword ->
 # pgjdbc connection property (org.postgresql.PGProperty, checked against pgjdbc 42.7.8).

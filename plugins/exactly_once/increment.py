@@ -24,6 +24,7 @@ from exactly_once import faults
 from exactly_once.checkpoints import Committable
 from exactly_once.db import jdbc_options
 from exactly_once.errors import is_retryable
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.planning import OffsetRange, layers
 from exactly_once.protocol import Ledger
 from exactly_once.staging import Staging
@@ -53,30 +54,31 @@ class AttemptReport:
         self.seconds[name] = round(time.monotonic() - started, 3)
 
 
-def kafka_source_options(bootstrap_servers: str, ranges: tuple[OffsetRange, ...]) -> dict[str, str]:
-    """Options of Spark's Kafka source for exactly these (non-empty) ranges, read_committed."""
+def kafka_source_options(kafka: KafkaClient, ranges: tuple[OffsetRange, ...]) -> dict[str, str]:
+    """Options of Spark's Kafka source for exactly these (non-empty) ranges, read_committed,
+    through the client config of the pipeline's Kafka connection."""
     assign, starting, ending = {}, {}, {}
     for r in ranges:
         assign.setdefault(r.topic, []).append(r.partition)
         starting.setdefault(r.topic, {})[str(r.partition)] = r.start
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    return {"kafka.bootstrap.servers": bootstrap_servers, "kafka.isolation.level": "read_committed",
+    return {**kafka.spark_options(), "kafka.isolation.level": "read_committed",
             "failOnDataLoss": "true", "assign": json.dumps(assign), "startingOffsets": json.dumps(starting),
             "endingOffsets": json.dumps(ending), "maxRecordsPerPartition": str(OFFSETS_PER_TASK)}
 
 
-def read_ranges(spark: SparkSession, bootstrap_servers: str, ranges: tuple[OffsetRange, ...]) -> DataFrame:
+def read_ranges(spark: SparkSession, kafka: KafkaClient, ranges: tuple[OffsetRange, ...]) -> DataFrame:
     """Exactly the committed records of the frozen ranges (read_committed; a range that
     ends on transaction markers or holds only aborted records yields what is committed):
     one read of Kafka per layer of ranges, as a read takes one range per partition."""
-    reads = [spark.read.format("kafka").options(**kafka_source_options(bootstrap_servers, layer)).load()
+    reads = [spark.read.format("kafka").options(**kafka_source_options(kafka, layer)).load()
              .select(*KAFKA_COLUMNS) for layer in layers(ranges)]
     if not reads:
         return spark.createDataFrame([], _KAFKA_COLUMNS)
     return reduce(DataFrame.unionAll, reads)
 
 
-def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,
+def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, kafka: KafkaClient,
                 jdbc: Mapping[str, str]) -> tuple[Committable, AttemptReport]:
     """Executes the attempt and pre-commits it. Raises `Fenced` if it is no longer the
     checkpoint's current attempt, `BadRecords` under the `fail` policy, `NotIsolated` if a
@@ -90,7 +92,7 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
         set_aside = rows.dead_lettered(checkpoint.ranges)
 
     faults.point("increment.before_read")
-    report.records, report.rows = staging.write_isolating(read_ranges(spark, bootstrap_servers, checkpoint.ranges),
+    report.records, report.rows = staging.write_isolating(read_ranges(spark, kafka, checkpoint.ranges),
                                                           set_aside, report.phase)
     faults.point("increment.before_pre_commit")
     with report.phase("pre_commit"):
@@ -100,14 +102,14 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
     return committable, report
 
 
-def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, bootstrap_servers: str,
+def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, kafka: KafkaClient,
                     db_url: str) -> AttemptReport:
     """`run_attempt`, with a failure recorded on the attempt together with whether a retry
     may help: the task that started the attempt reads that verdict from the ledger,
     whatever ran the job (spark-submit, a cluster, an in-process session). A fenced
     attempt records nothing: it is no longer the checkpoint's to change."""
     try:
-        return run_attempt(spark, ledger, checkpoint_id, attempt, bootstrap_servers, jdbc_options(db_url))[1]
+        return run_attempt(spark, ledger, checkpoint_id, attempt, kafka, jdbc_options(db_url))[1]
     except Exception as error:
         ledger.abort_attempt(checkpoint_id, attempt, f"{type(error).__name__}: {error}", is_retryable(error))
         raise

@@ -1,13 +1,13 @@
 """Applies sql/migrations/*.sql in order, each once, recorded in exactly_once.schema_migrations.
 
-    python -m exactly_once.migrate      (the database from PIPELINE_DB_URL)
+    python -m exactly_once.migrate      (the database of the Airflow connection pipeline_db)
 """
 
 from __future__ import annotations
 
 from contextlib import closing
 
-from exactly_once import db
+from exactly_once import connections
 from exactly_once.sqlfiles import SQL_DIR, text
 
 
@@ -30,8 +30,21 @@ def migrate(connection) -> list[str]:
     return applied_now
 
 
+def pending(connection) -> list[str]:
+    """The migrations not applied yet (all of them for a database never migrated)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT to_regclass('exactly_once.schema_migrations') IS NOT NULL")
+        [ledger_exists] = cur.fetchone()
+        done = set()
+        if ledger_exists:
+            cur.execute("SELECT version FROM exactly_once.schema_migrations")
+            done = {row[0] for row in cur.fetchall()}
+    connection.rollback()
+    return [path.stem for path in sorted((SQL_DIR / "migrations").glob("*.sql")) if path.stem not in done]
+
+
 def main() -> None:
-    with closing(db.connect()) as connection:
+    with closing(connections.for_command_line(connections.connector)()) as connection:
         applied = migrate(connection)
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
 

@@ -10,8 +10,9 @@ the DDL that fixes it).
   PostgreSQL itself is asked whether each column takes what the JDBC writer binds
   (sql/preflight.sql). A transform's own columns meet their table when the job writes them.
 
-The configuration is checked when it loads (`exactly_once.config`), the connections by the
-Airflow side (`airflow_tasks.connection_problems`). `python -m exactly_once check` reports it
+The configuration is checked when it loads (`exactly_once.config`), the connections by
+`exactly_once.connections.connection_problems`; whether the brokers accept the Kafka login
+here, on the first question asked of them. `python -m exactly_once check` reports it
 all; the first task of every run calls `require`.
 """
 
@@ -26,7 +27,7 @@ from psycopg2 import errorcodes, sql
 
 from exactly_once import ddl
 from exactly_once.config import ConfigError, PipelineConfig, Sink
-from exactly_once.kafka_offsets import KafkaOffsets
+from exactly_once.kafka_offsets import KafkaOffsets, KafkaRefused
 from exactly_once.problems import PreflightFailed, Problem
 from exactly_once.registration import structure_problems, table_subject, unique_column_sets
 from exactly_once.row_checks import ColumnType, column_types
@@ -94,6 +95,8 @@ def topic_problems(config: PipelineConfig, kafka: KafkaOffsets) -> list[Problem]
         except LookupError as missing:
             problems.append(Problem(subject, str(missing)))
             continue
+        except KafkaRefused as refused:  # a wrong password or certificate: no retry fixes it
+            return [*problems, Problem(f"connection {refused.connection!r}", refused.said)]
         except KafkaException as error:  # no broker answers: the other topics would say the same
             return [*problems, Problem("Kafka", f"no answer about topic {topic!r}: {error.args[0]}", passing=True)]
         for partition in partitions:

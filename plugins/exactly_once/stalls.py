@@ -11,8 +11,8 @@
         holding them are released to the next run, so the pipeline moves on
 
 Committed offsets cannot be dead-lettered (they counted already), nor offsets of a
-checkpoint that is running or pre-committed (wait for it, or let it fail). Reads
-PIPELINE_DB_URL.
+checkpoint that is running or pre-committed (wait for it, or let it fail). Reads the
+Airflow connection pipeline_db.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from contextlib import closing
 
-from exactly_once import db
+from exactly_once import connections
 from exactly_once.checkpoints import Outcome, State
 from exactly_once.config import ConfigError
 from exactly_once.ledger_rows import LedgerRows, pipeline_of
@@ -88,13 +88,14 @@ def main() -> None:
     dead.add_argument("range", help="TOPIC[PARTITION]@FROM..TO, TO excluded")
     dead.add_argument("--reason", required=True, help="why (kept with each dead letter)")
     args = parser.parse_args()
+    connect = connections.for_command_line(connections.connector)
     try:
         if args.command == "retry":
-            with closing(db.connect()) as conn, conn, conn.cursor() as cur:
+            with closing(connect()) as conn, conn, conn.cursor() as cur:
                 pipeline = pipeline_of(cur, args.checkpoint_id)
-            released = retry(Ledger.of_registered(pipeline, db.connect), args.checkpoint_id)
+            released = retry(Ledger.of_registered(pipeline, connect), args.checkpoint_id)
         else:
-            released = dead_letter(Ledger.of_registered(args.pipeline, db.connect), parse_range(args.range),
+            released = dead_letter(Ledger.of_registered(args.pipeline, connect), parse_range(args.range),
                                    args.reason)
     except (ConfigError, LookupError) as refused:
         raise SystemExit(f"refused: {refused}") from None

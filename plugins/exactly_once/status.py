@@ -5,7 +5,7 @@ already taken).
 
     python -m exactly_once.status [--pipeline NAME] [--history N]
 
-reads PIPELINE_DB_URL and KAFKA_BOOTSTRAP_SERVERS. Exits 2 while a pipeline shown is
+reads the Airflow connections pipeline_db and kafka_default. Exits 2 while a pipeline shown is
 stalled, so monitoring can call it.
 """
 
@@ -17,8 +17,8 @@ from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from exactly_once import db
-from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
+from exactly_once import connections
+from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.planning import OffsetRange
 from exactly_once.sqlfiles import named
 
@@ -103,7 +103,8 @@ def pipelines(conn) -> list[str]:
         return [name for name, in cur.fetchall()]
 
 
-def read_status(conn, kafka: KafkaOffsets, pipeline: str, history: int = 10) -> PipelineStatus:
+def read_status(conn, kafka: KafkaOffsets | None, pipeline: str, history: int = 10) -> PipelineStatus:
+    """The pipeline's status; its lag only when Kafka is given to ask."""
     where = {"pipeline": pipeline}
     with conn.cursor() as cur:
         cur.execute(Q["last_committed"], where)
@@ -115,7 +116,8 @@ def read_status(conn, kafka: KafkaOffsets, pipeline: str, history: int = 10) -> 
         cur.execute(Q["stalled"], where)
         stalls = tuple(Stall(cp, run, tuple(OffsetRange(*r) for r in ranges), failed, since, error)
                        for cp, run, ranges, failed, since, error in cur.fetchall())
-    lag = tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None, None).last_stable) for t, p, end in ends)
+    lag = () if kafka is None else tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None, None).last_stable)
+                                         for t, p, end in ends)
     return PipelineStatus(pipeline, stalls, None if last is None else LastCommit(*last), lag,
                           _checkpoints(conn, pipeline, open_only=True, limit=None), gaps,
                           _checkpoints(conn, pipeline, open_only=False, limit=history))
@@ -160,7 +162,7 @@ def _when(t: datetime | None) -> str:
     return "" if t is None else t.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _seconds(d: timedelta | None) -> str:
+def duration(d: timedelta | None) -> str:
     return "" if d is None else f"{d.total_seconds():.1f} s"
 
 
@@ -171,7 +173,7 @@ def describe_ranges(ranges: tuple[OffsetRange, ...]) -> str:
 def render_checkpoints(checkpoints: tuple[CheckpointSummary, ...]) -> str:
     return table(["id", "interval", "ranges", "records", "state", "attempts", "to pre-commit", "to commit"],
                  [[c.id, f"{_when(c.interval_start)} → {_when(c.interval_end)}", describe_ranges(c.ranges),
-                   c.records or 0, c.state, c.attempts, _seconds(c.until_precommit), _seconds(c.until_commit)]
+                   c.records or 0, c.state, c.attempts, duration(c.until_precommit), duration(c.until_commit)]
                   for c in checkpoints])
 
 
@@ -213,7 +215,9 @@ def main() -> int:
     parser.add_argument("--pipeline", help="one pipeline (default: every registered one)")
     parser.add_argument("--history", type=int, default=10, help="checkpoints of the history to show")
     args = parser.parse_args()
-    with closing(db.connect()) as conn, KafkaOffsets(bootstrap_servers()) as kafka:
+    connect = connections.for_command_line(connections.connector)
+    kafka_client = connections.for_command_line(connections.kafka_client)
+    with closing(connect()) as conn, KafkaOffsets(kafka_client) as kafka:
         names = pipelines(conn)
         if args.pipeline is not None and args.pipeline not in names:
             raise SystemExit(f"pipeline {args.pipeline!r} is not registered in the ledger (registered: "

@@ -1,7 +1,7 @@
 """Creates what the demo pipeline needs before its first run: the `orders` topic and the
 tables of tables.sql beside this file (idempotent).
 
-    python -m exactly_once_demo.prepare      (reads KAFKA_BOOTSTRAP_SERVERS and PIPELINE_DB_URL)
+    python -m exactly_once_demo.prepare      (with the Airflow connections kafka_default and pipeline_db)
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from pathlib import Path
 
 from psycopg2 import sql
 
-from exactly_once import db
-from exactly_once.kafka_offsets import bootstrap_servers
+from exactly_once import connections
 from exactly_once_demo.produce import ensure_topic
 
 TABLES = Path(__file__).with_name("tables.sql")
@@ -24,8 +23,8 @@ def create_tables(conn, schema: str = "demo") -> None:
 
 
 def main() -> None:
-    ensure_topic(bootstrap_servers())
-    with closing(db.connect()) as conn:
+    ensure_topic(connections.for_command_line(connections.kafka_client))
+    with closing(connections.for_command_line(connections.connector)()) as conn:
         create_tables(conn)
     print("demo topic and tables ready")
 

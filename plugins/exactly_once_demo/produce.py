@@ -5,7 +5,7 @@ Kafka stamps transaction markers with the wall clock too, and offsets_for_times
 stops at the first marker past an interval's end, so back-dated records would be
 cut at the first marker.
 
-    python -m exactly_once_demo.produce N
+    python -m exactly_once_demo.produce N      (to the brokers of the Airflow connection kafka_default)
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from __future__ import annotations
 import argparse
 import os
 import random
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import lru_cache
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from exactly_once.kafka_offsets import bootstrap_servers
+from exactly_once import connections
+from exactly_once.kafka_client import KafkaClient
 from exactly_once_demo.pipeline import PARTITIONS, TOPIC
 
 SKUS = [f"sku-{i:03d}" for i in range(50)]
@@ -29,8 +31,14 @@ MALFORMED_EVERY = 997   # every 997th record is not a valid order
 POISON_EVERY = 499      # every 499th order's sku holds a NUL character (one per batch of 500)
 
 
-def ensure_topic(servers: str, topic: str = TOPIC) -> None:
-    admin = AdminClient({"bootstrap.servers": servers})
+def client_config(kafka: str | KafkaClient) -> Mapping[str, str]:
+    """The librdkafka config of brokers given as host:port (the tests' plaintext listener) or
+    as the pipeline's Kafka connection."""
+    return {"bootstrap.servers": kafka} if isinstance(kafka, str) else kafka.config
+
+
+def ensure_topic(kafka: str | KafkaClient, topic: str = TOPIC) -> None:
+    admin = AdminClient({**client_config(kafka)})
     if topic not in admin.list_topics(timeout=30).topics:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
 
@@ -54,12 +62,13 @@ def _stamps(when: datetime) -> tuple[str, str]:
     return f"o-{when:%Y%m%d%H%M%S%f}-", f"{when:%Y-%m-%dT%H:%M:%S.%fZ}"
 
 
-def produce(servers: str, n: int, seed: int = 0, topic: str = TOPIC, per_transaction: int = TRANSACTION) -> None:
+def produce(kafka: str | KafkaClient, n: int, seed: int = 0, topic: str = TOPIC,
+            per_transaction: int = TRANSACTION) -> None:
     """Orders in transactions of `per_transaction` (at most 100,000: librdkafka's queue),
     each transaction's orders stamped with the time it began."""
-    ensure_topic(servers, topic)
+    ensure_topic(kafka, topic)
     rng = random.Random(seed)
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20, "batch.num.messages": 10_000,
+    producer = Producer({**client_config(kafka), "linger.ms": 20, "batch.num.messages": 10_000,
                          "transactional.id": f"demo-producer-{os.getpid()}"})
     producer.init_transactions(30)
     for first in range(0, n, per_transaction):
@@ -82,7 +91,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     try:
-        produce(bootstrap_servers(), args.n, args.seed)
+        produce(connections.for_command_line(connections.kafka_client), args.n, args.seed)
     except KafkaException as error:
         raise SystemExit(f"producing to {TOPIC!r} failed: {error}") from error
 

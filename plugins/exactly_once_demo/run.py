@@ -6,14 +6,13 @@ checkpoints, so it can run any number of times.
 
     python -m exactly_once_demo.run [--runs N] [--orders N] [--logs DIR]
 
-Reads KAFKA_BOOTSTRAP_SERVERS, PIPELINE_DB_URL and Airflow's settings from the
-environment (`./dev demo` sources .local/env.sh first).
+Reads the Airflow connections kafka_default and pipeline_db, and Airflow's settings
+from the environment (`./dev demo` sources .local/env.sh first).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import time
@@ -21,9 +20,9 @@ from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psycopg2
 from psycopg2 import sql
 
+from exactly_once import connections
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.status import read_status, render, table
 from exactly_once.tables import final_table
@@ -52,9 +51,9 @@ def run_checkpoint(number: int, interval_end: datetime, logs: Path) -> None:
     print(f"    DAG run succeeded in {time.monotonic() - started:.0f} s", flush=True)
 
 
-def row_counts(db_url: str) -> str:
+def row_counts(connect) -> str:
     rows = []
-    with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
+    with closing(connect()) as conn, conn.cursor() as cur:
         for sink in CONFIG.sinks:
             cur.execute(sql.SQL("SELECT count(*) FROM {}").format(final_table(sink)))
             rows.append([sink.table, sink.mode, cur.fetchone()[0]])
@@ -70,16 +69,16 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, default=Path(".local/demo"),
                         help="folder for each DAG run's log (default .local/demo)")
     args = parser.parse_args()
-    env = os.environ
     args.logs.mkdir(parents=True, exist_ok=True)
-    with closing(psycopg2.connect(env["PIPELINE_DB_URL"])) as conn:
+    connect = connections.for_command_line(connections.connector)
+    kafka_client = connections.for_command_line(connections.kafka_client)
+    with closing(connect()) as conn:
         create_tables(conn)
     for number in range(1, args.runs + 1):
-        produce(env["KAFKA_BOOTSTRAP_SERVERS"], args.orders, seed=time.time_ns())
+        produce(kafka_client, args.orders, seed=time.time_ns())
         run_checkpoint(number, datetime.now(timezone.utc), args.logs)
-    print("\nrows per table:\n" + row_counts(env["PIPELINE_DB_URL"]) + "\n")
-    with closing(psycopg2.connect(env["PIPELINE_DB_URL"])) as conn, \
-            KafkaOffsets(env["KAFKA_BOOTSTRAP_SERVERS"]) as kafka:
+    print("\nrows per table:\n" + row_counts(connect) + "\n")
+    with closing(connect()) as conn, KafkaOffsets(kafka_client) as kafka:
         print(render(read_status(conn, kafka, CONFIG.name, history=max(6, args.runs))))
 
 

@@ -22,21 +22,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
+import psycopg2
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from exactly_once_demo.pipeline import config as demo_config
-from exactly_once import db
 from exactly_once.config import PipelineConfig
 from exactly_once.frames import attempt_frames, parse
 from exactly_once.increment import KAFKA_COLUMNS, kafka_source_options, read_ranges
 from exactly_once.row_checks import ColumnType
 from exactly_once.staging import write_jdbc
-from exactly_once.kafka_offsets import bootstrap_servers
+from exactly_once.db import jdbc_options
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.tables import DEAD_LETTERS
 from exactly_once.planning import OffsetRange
 from exactly_once.protocol import Ledger
@@ -51,7 +53,7 @@ def write_final(records: DataFrame, config: PipelineConfig, schema: str,
     try:
         for name, frame in frames.staging.items():
             table = f"{schema}.dead_letters" if name == DEAD_LETTERS else config.sink(name).table
-            write_jdbc(frame, table, db.jdbc_options(db.url()))
+            write_jdbc(frame, table, jdbc_options(os.environ["PIPELINE_DB_URL"]))
     finally:
         frames.refused.unpersist()
         parsed.unpersist()
@@ -71,10 +73,11 @@ def main() -> int:
     spark = SparkSession.builder.appName(f"benchmark peer {args.peer}").getOrCreate()
     report = {}
     try:
-        servers = bootstrap_servers()
+        servers = KafkaClient.at(os.environ["KAFKA_BOOTSTRAP_SERVERS"])  # the local stack (LOCAL_CLIENTS)
         if args.peer != "kafka-read":
             config = demo_config(args.pipeline, args.topic, args.schema)
-            columns = Ledger(config, db.connect).final_columns()  # the catalog only: no ledger rows
+            # the catalog only: no ledger rows
+            columns = Ledger(config, lambda: psycopg2.connect(os.environ["PIPELINE_DB_URL"])).final_columns()
         started = time.perf_counter()
         if args.peer == "kafka-read":
             read_ranges(spark, servers, args.ranges).write.format("noop").mode("overwrite").save()

@@ -29,6 +29,8 @@ from psycopg2 import sql
 
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import produce
+from exactly_once.job_settings import JobSettings
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once import tasks
 from exactly_once.checkpoints import Outcome
@@ -119,13 +121,14 @@ class Bench:
         with Stopwatch() as produced:
             produce(self.servers, self.orders, seed=self.orders, topic=self.name, per_transaction=PER_TRANSACTION)
         # The pipeline's own run path (exactly_once.tasks), each task timed.
-        with KafkaOffsets(self.servers) as kafka, Stopwatch() as plan:
+        with KafkaOffsets(KafkaClient.at(self.servers)) as kafka, Stopwatch() as plan:
             checkpoint = tasks.begin_checkpoint(self.ledger, kafka, "benchmark", None,
                                                 datetime.now(timezone.utc)).checkpoint
         jobs = []
-        with Stopwatch() as increment:
-            tasks.run_increment(self.ledger, checkpoint.id,
-                                lambda arguments: jobs.append(submit(JOB, arguments, self.folder / "increment.log")))
+        settings = JobSettings(self.db_url, KafkaClient.at(self.servers))  # as IncrementOperator hands them over
+        with Stopwatch() as increment, settings.written() as settings_file:
+            tasks.run_increment(self.ledger, checkpoint.id, lambda arguments: jobs.append(
+                submit(JOB, [*arguments, "--settings", str(settings_file)], self.folder / "increment.log")))
         job = jobs[0]
         staged = self.save_staging(checkpoint.id)
         with Stopwatch() as commit:

@@ -1,4 +1,4 @@
-"""The demo pipeline starts each DAG test from nothing."""
+"""The demo pipeline starts each DAG test from nothing; the UI tests' browser."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ from contextlib import closing
 import psycopg2
 import pytest
 from confluent_kafka.admin import AdminClient
+from playwright.sync_api import sync_playwright
 
 from exactly_once_demo.pipeline import CONFIG, TOPIC
 from exactly_once_demo.prepare import create_tables
 
+CHROMIUM = "/usr/bin/chromium"  # Debian's package, installed by exactly_once_stack/setup.sh
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
 LEDGER_TABLES = ("committed_ranges", "gaps", "dead_letters", "checkpoint_ranges")
 
 
@@ -34,3 +38,14 @@ def fresh_demo(ledger_db, kafka_servers):
     with closing(psycopg2.connect(ledger_db)) as conn:
         create_tables(conn)
     return ledger_db
+
+
+@pytest.fixture
+def page():
+    """A chromium page (UTC, 1400x1000), closed after the test."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        context = browser.new_context(timezone_id="UTC", viewport={"width": 1400, "height": 1000})
+        context.set_default_timeout(30_000)
+        yield context.new_page()
+        browser.close()

@@ -14,7 +14,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from exactly_once_demo.oracle import attempts, checkpoints
 from exactly_once_demo.produce import produce
@@ -26,9 +26,6 @@ from tests.exactly_once_demo.oracle import assert_each_run_took_its_interval, as
 
 INTERVAL = timedelta(minutes=1)
 SHOTS = ROOT / ".local" / "artifacts" / "ui"
-CHROMIUM = "/usr/bin/chromium"  # Debian's package, installed by exactly_once_stack/setup.sh
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
 FAULT = {"EXACTLY_ONCE_FAULTS": "commit_task.try1=raise"}
 
 
@@ -94,16 +91,6 @@ def ui_window(tmp_path, stack_env):
     last = start + 2 * INTERVAL
     with window_dag(tmp_path, INTERVAL, start, last, commit_retries=0) as api:
         yield api, start, last, tmp_path
-
-
-@pytest.fixture
-def page():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        context = browser.new_context(timezone_id="UTC", viewport={"width": 1400, "height": 1000})
-        context.set_default_timeout(30_000)
-        yield context.new_page()
-        browser.close()
 
 
 def test_backfill_and_clear_from_the_ui_count_every_record_once(fresh_demo, kafka_servers, ui_window, page):

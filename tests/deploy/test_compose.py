@@ -13,7 +13,7 @@ import pytest
 
 import compose
 from exactly_once_stack.postgres import bin_dir
-from exactly_once_stack.settings import ROOT, environment, shared_airflow_settings
+from exactly_once_stack.settings import LOCAL_CLIENTS, ROOT, environment, shared_airflow_settings
 
 COMPOSE = Path(compose.__file__).parent / "docker-compose"  # its Python wrapper exits 0 even on errors
 AIRFLOW_SERVICES = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
@@ -94,7 +94,7 @@ def test_airflow_services_share_one_configuration(resolved):
 def test_compose_and_the_local_stack_give_airflow_the_same_variables_and_connections(resolved):
     in_compose = resolved["services"]["airflow-scheduler"]["environment"]
     local = environment()
-    assert set(in_compose) == set(local)
+    assert set(in_compose) == set(local) - set(LOCAL_CLIENTS)
     for name, value in shared_airflow_settings().items():  # one source: deploy/airflow.env
         assert in_compose[name] == local[name] == value, name
     spark = json.loads(in_compose["AIRFLOW_CONN_SPARK_DEFAULT"]), json.loads(local["AIRFLOW_CONN_SPARK_DEFAULT"])
@@ -102,6 +102,8 @@ def test_compose_and_the_local_stack_give_airflow_the_same_variables_and_connect
     db = json.loads(in_compose["AIRFLOW_CONN_PIPELINE_DB"]), json.loads(local["AIRFLOW_CONN_PIPELINE_DB"])
     assert db[0].keys() == db[1].keys()
     assert [(d["conn_type"], d["login"], d["schema"]) for d in db] == [("postgres", "pipeline", "pipeline")] * 2
+    kafka = json.loads(in_compose["AIRFLOW_CONN_KAFKA_DEFAULT"]), json.loads(local["AIRFLOW_CONN_KAFKA_DEFAULT"])
+    assert [(k["conn_type"], "bootstrap.servers" in k["extra"]) for k in kafka] == [("kafka", True)] * 2
 
 
 def test_no_secret_is_committed():

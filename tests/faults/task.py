@@ -16,22 +16,28 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import subprocess
 import sys
 from datetime import datetime
 
-from exactly_once import db
-from exactly_once.kafka_offsets import KafkaOffsets, bootstrap_servers
+import psycopg2
+
+from exactly_once.job_settings import JobSettings
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.protocol import Ledger
 from exactly_once.tasks import JOB, begin_checkpoint, commit_checkpoint, run_increment
 from exactly_once_stack.settings import SPARK_MASTER
 
 
-def spark_submit(name: str):
+def spark_submit(name: str, settings: JobSettings):
+    """What IncrementOperator does: the job gets its connections in a private file."""
     def submit(arguments: list[str]) -> None:
-        subprocess.run(["spark-submit", "--master", SPARK_MASTER, "--name", f"{name} increment", JOB, *arguments],
-                       check=True)
+        with settings.written() as path:
+            subprocess.run(["spark-submit", "--master", SPARK_MASTER, "--name", f"{name} increment", JOB, *arguments,
+                            "--settings", str(path)], check=True)
     return submit
 
 
@@ -57,14 +63,16 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace) -> dict:
-    ledger = Ledger.of_registered(args.pipeline, db.connect)
+    # The local stack's plaintext listener and database (LOCAL_CLIENTS), as a worker's connections.
+    settings = JobSettings(os.environ["PIPELINE_DB_URL"], KafkaClient.at(os.environ["KAFKA_BOOTSTRAP_SERVERS"]))
+    ledger = Ledger.of_registered(args.pipeline, lambda: psycopg2.connect(settings.db_url))
     if args.task == "begin":
-        with KafkaOffsets(bootstrap_servers()) as kafka:
+        with KafkaOffsets(settings.kafka) as kafka:
             begun = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end)
         return {"checkpoint": begun.checkpoint.id, "state": begun.checkpoint.state.value,
                 "empty": after_begin(begun) is TaskOutcome.SKIP}
     if args.task == "increment":
-        return {"attempt": run_increment(ledger, args.checkpoint_id, spark_submit(args.pipeline))}
+        return {"attempt": run_increment(ledger, args.checkpoint_id, spark_submit(args.pipeline, settings))}
     return {"outcome": commit_checkpoint(ledger, args.checkpoint_id, args.try_number).value}
 
 

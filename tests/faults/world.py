@@ -209,8 +209,8 @@ class World:
 
     def spark_processes(self, checkpoint: int, attempt: int) -> list[int]:
         """spark-submit's JVM and the Python driver of one attempt."""
-        wanted = f"--pipeline {self.name} --checkpoint-id {checkpoint} --attempt {attempt}"
-        return [pid for pid, cmdline in _processes() if "increment.py" in cmdline and cmdline.endswith(wanted)]
+        wanted = f"--pipeline {self.name} --checkpoint-id {checkpoint} --attempt {attempt} --settings "
+        return [pid for pid, cmdline in _processes() if "increment.py" in cmdline and wanted in cmdline]
 
     def signal_attempt(self, checkpoint: int, attempt: int, sig: int) -> list[int]:
         pids = self.spark_processes(checkpoint, attempt)

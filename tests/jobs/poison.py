@@ -17,6 +17,7 @@ from exactly_once.checkpoints import Outcome
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.increment import execute_attempt
 from exactly_once.invariants import violations
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_begin
 from exactly_once.protocol import Ledger
@@ -99,7 +100,7 @@ class Orders:
     def begin(self) -> int | None:
         """A run's first task; the checkpoint, or None when there is nothing to read."""
         self.runs += 1
-        with KafkaOffsets(self.servers) as kafka:
+        with KafkaOffsets(KafkaClient.at(self.servers)) as kafka:
             begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self.runs}", None, None)
         return begun.checkpoint.id if after_begin(begun) is TaskOutcome.DONE else None
 
@@ -107,7 +108,7 @@ class Orders:
         """The run's increment task (or a cleared one), the Spark job in this process."""
         def in_process(arguments: list[str]) -> None:
             attempt = int(arguments[arguments.index("--attempt") + 1])
-            execute_attempt(spark, self.ledger, checkpoint_id, attempt, self.servers, self.db_url)
+            execute_attempt(spark, self.ledger, checkpoint_id, attempt, KafkaClient.at(self.servers), self.db_url)
 
         tasks.run_increment(self.ledger, checkpoint_id, in_process)
 

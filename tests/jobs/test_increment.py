@@ -15,6 +15,8 @@ import pytest
 from exactly_once.db import jdbc_options
 from exactly_once.faults import ENV as FAULTS, InjectedFault
 from exactly_once.increment import run_attempt
+from exactly_once.job_settings import JobSettings
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.planning import Reach
 from exactly_once.staging import BadRecords
 from exactly_once.checkpoints import Outcome
@@ -34,7 +36,8 @@ def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
 
 
 def attempt(spark, pipeline: Pipeline, checkpoint_id: int, token: int):
-    return run_attempt(spark, pipeline.ledger, checkpoint_id, token, pipeline.servers, jdbc_options(pipeline.db_url))
+    return run_attempt(spark, pipeline.ledger, checkpoint_id, token, KafkaClient.at(pipeline.servers),
+                       jdbc_options(pipeline.db_url))
 
 
 def staged(pipeline: Pipeline, checkpoint_id: int) -> dict[str, set]:
@@ -163,13 +166,14 @@ def test_the_fail_policy_fails_the_attempt_naming_the_bad_records(spark, ledger_
 
 
 def spark_submit(pipeline: Pipeline, checkpoint_id: int, token: int) -> subprocess.CompletedProcess:
-    """Runs the job as Airflow would. Spark copies the Python driver's stdout and stderr
-    to its own stdout."""
+    """Runs the job as Airflow would, its connections in a settings file. Spark copies the
+    Python driver's stdout and stderr to its own stdout."""
     root = str(JOB.parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *sys.path])}  # the test transform's module
-    return subprocess.run(["spark-submit", str(JOB), "--pipeline", pipeline.config.name, "--checkpoint-id",
-                           str(checkpoint_id), "--attempt", str(token)], env=env, capture_output=True, text=True,
-                          timeout=600)
+    with JobSettings(pipeline.db_url, KafkaClient.at(pipeline.servers)).written() as settings:
+        return subprocess.run(["spark-submit", str(JOB), "--pipeline", pipeline.config.name, "--checkpoint-id",
+                               str(checkpoint_id), "--attempt", str(token), "--settings", str(settings)],
+                              env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_spark_submit_pre_commits_an_attempt_and_a_fenced_one_exits_3(pipeline):

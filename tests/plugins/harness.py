@@ -25,6 +25,7 @@ from psycopg2.extras import execute_values
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once import tasks
 from exactly_once.checkpoints import Committable, Outcome
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_begin
 from exactly_once.planning import OffsetRange, Reach, layers
@@ -193,7 +194,7 @@ class Pipeline:
     def begin(self, dag_run_id: str | None = None, interval_end: datetime | None = None,
               interval_start: datetime | None = None, reach: Reach = Reach.BACKLOG):
         self._runs += 1
-        with KafkaOffsets(self.servers) as kafka:
+        with KafkaOffsets(KafkaClient.at(self.servers)) as kafka:
             return self.ledger.begin(dag_run_id or f"run{self._runs}", interval_start, interval_end, kafka, reach)
 
     def run_once(self, start: datetime | None = None, end: datetime | None = None, reach: Reach = Reach.BACKLOG
@@ -201,7 +202,7 @@ class Pipeline:
         """A DAG run (of the interval [start, end), if given) that goes well, through the run
         path: begin, one attempt, commit."""
         self._runs += 1
-        with KafkaOffsets(self.servers) as kafka:
+        with KafkaOffsets(KafkaClient.at(self.servers)) as kafka:
             begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self._runs}", start, end, reach)
         if after_begin(begun) is TaskOutcome.DONE:
             tasks.run_increment(self.ledger, begun.checkpoint.id, self.driver.execute)

@@ -17,9 +17,10 @@ import psycopg2
 import pytest
 
 from exactly_once import preflight, tasks
-from exactly_once.airflow_tasks import connection_problems
+from exactly_once.connections import connection_problems
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.errors import is_retryable
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.problems import PreflightFailed
 from exactly_once.protocol import Ledger
@@ -50,7 +51,7 @@ def execute(db_url: str, statement: str) -> list[tuple]:
 
 def first_task(db_url: str, servers: str, config: PipelineConfig) -> PreflightFailed | None:
     """The first task's work for one run; its PreflightFailed, or None once it began the checkpoint."""
-    with KafkaOffsets(servers) as kafka:
+    with KafkaOffsets(KafkaClient.at(servers)) as kafka:
         try:
             tasks.begin_checkpoint(Ledger(config, lambda: psycopg2.connect(db_url)), kafka, "run1", None, None)
         except PreflightFailed as failed:
@@ -119,7 +120,7 @@ def test_a_broken_setup_is_reported_naming_it_and_its_first_task_plans_nothing(l
         execute(ledger_db, breaking.format(s=config.name))
     expected = [line.format(s=config.name) for line in expected]
 
-    with KafkaOffsets(kafka_servers) as kafka:
+    with KafkaOffsets(KafkaClient.at(kafka_servers)) as kafka:
         problems = preflight.check(config, kafka, lambda: psycopg2.connect(ledger_db))
     assert len(problems) == len(expected), problems
     for problem, line in zip(problems, expected):
@@ -157,7 +158,7 @@ def test_the_transform_is_imported_once_per_version_and_tables_are_checked_on_ev
     monkeypatch.syspath_prepend(str(tmp_path))
     config = make_pipeline(ledger_db, topic, transform=f"{module}:prepare")
     connect = lambda: psycopg2.connect(ledger_db)  # noqa: E731
-    with KafkaOffsets(kafka_servers) as kafka:
+    with KafkaOffsets(KafkaClient.at(kafka_servers)) as kafka:
         assert preflight.require(config, kafka, connect) is True
         assert preflight.require(config, kafka, connect) is False  # imported before, for this version
 
@@ -175,7 +176,7 @@ def test_the_transform_is_imported_once_per_version_and_tables_are_checked_on_ev
 
 def test_a_broker_that_does_not_answer_is_a_problem_a_retry_may_pass(ledger_db, topic):
     config = make_pipeline(ledger_db, topic)
-    with KafkaOffsets("127.0.0.1:1", timeout=2) as nowhere, \
+    with KafkaOffsets(KafkaClient.at("127.0.0.1:1"), timeout=2) as nowhere, \
             pytest.raises(PreflightFailed, match=rf"- Kafka: no answer about topic {topic!r}: ") as failed:
         preflight.require(config, nowhere, lambda: psycopg2.connect(ledger_db))
     assert failed.value.retryable is True and is_retryable(failed.value)

@@ -14,6 +14,7 @@ from exactly_once.config import ConfigError
 from exactly_once.errors import AttemptFailed, Fenced, NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
 from exactly_once.increment import execute_attempt
 from exactly_once.isolation import NotIsolated
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_error
 from exactly_once.planning import DataLossError
@@ -99,7 +100,7 @@ def test_a_job_that_records_a_failure_no_retry_fixes_stalls_and_fails_its_task_w
 
     def in_process(arguments: list[str]) -> None:
         attempt = int(arguments[arguments.index("--attempt") + 1])
-        execute_attempt(spark, pipeline.ledger, checkpoint_id, attempt, kafka_servers, ledger_db)
+        execute_attempt(spark, pipeline.ledger, checkpoint_id, attempt, KafkaClient.at(kafka_servers), ledger_db)
 
     with pytest.raises(Stalled, match=rf"BadRecords: .*{topic}\[2\]@{offset}: value is not valid JSON") as e:
         tasks.run_increment(pipeline.ledger, checkpoint_id, in_process)
@@ -130,7 +131,8 @@ def test_three_failures_of_one_cause_stall_the_checkpoint_and_a_cleared_task_res
     assert pipeline.ledger.checkpoint(checkpoint_id).state is State.STALLED
     with pytest.raises(Stalled):
         pipeline.begin("a later run")
-    with KafkaOffsets(pipeline.servers) as kafka:  # the stalled run itself may be cleared from its first task
+    # the stalled run itself may be cleared from its first task
+    with KafkaOffsets(KafkaClient.at(pipeline.servers)) as kafka:
         assert pipeline.ledger.begin("run1", None, None, kafka).checkpoint.id == checkpoint_id
 
     assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute) == 5  # a cleared task

@@ -1,0 +1,127 @@
+"""The pipeline's Airflow connections, the one place its endpoints and credentials are
+configured: `pipeline_db` (PostgreSQL: the ledger and the sink tables), `kafka_default`
+(type `kafka`: its extra is the librdkafka client config, TLS and SASL included) and
+`spark_default` (the Spark master). The tasks read them; the Spark job gets what it needs
+from its task (`exactly_once.job_settings`), never from an environment variable of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TypeVar
+from urllib.parse import quote, urlencode
+
+import psycopg2
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from exactly_once.config import ConfigError
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.problems import Problem
+
+PIPELINE_DB = "pipeline_db"
+KAFKA = "kafka_default"
+SPARK = "spark_default"
+T = TypeVar("T")
+
+
+def read_from_metadata_database() -> None:
+    """For the command-line tools: like Airflow's own CLI, read connections from the metadata
+    database too (Admin → Connections), not only from the environment and secrets backends a
+    task sees. Call before the first connection is read."""
+    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
+
+
+def for_command_line(read: Callable[[], T]) -> T:
+    """What `read` gets from a connection, for a command-line tool: a connection that is not
+    defined or cannot be used ends the command with what is wrong, not a traceback."""
+    read_from_metadata_database()
+    try:
+        return read()
+    except (ConfigError, AirflowNotFoundException) as unusable:
+        raise SystemExit(str(unusable)) from None
+
+
+def _pipeline_db_parameters(conn_id: str) -> dict:
+    """libpq's connection parameters: the connection's fields, and its extra (libpq
+    parameters such as sslmode, which the Spark job carries over to pgjdbc)."""
+    c = BaseHook.get_connection(conn_id)
+    fields = {"host": c.host, "port": c.port or 5432, "user": c.login, "password": c.password, "dbname": c.schema}
+    return {**{k: v for k, v in fields.items() if v}, **{k: str(v) for k, v in c.extra_dejson.items()}}
+
+
+def pipeline_db_url(conn_id: str = PIPELINE_DB) -> str:
+    """The connection as a libpq URI, the form the Spark job takes (`exactly_once.db.jdbc_options`)."""
+    given = _pipeline_db_parameters(conn_id)
+    host = given.pop("host", "")
+    host = f"[{host}]" if ":" in host else quote(host, safe="")  # an IPv6 address; a socket directory
+    login = quote(given.pop("user", ""), safe="")
+    if "password" in given:
+        login += ":" + quote(given.pop("password"), safe="")
+    port, dbname = given.pop("port"), quote(given.pop("dbname", ""), safe="")
+    query = urlencode(given)
+    return f"postgresql://{login}{'@' if login else ''}{host}:{port}/{dbname}{'?' + query if query else ''}"
+
+
+def pipeline_db_location(conn_id: str = PIPELINE_DB) -> tuple[str, int, str]:
+    """The database's host, port and name (no credentials): for lineage."""
+    c = BaseHook.get_connection(conn_id)
+    return c.host or "", c.port or 5432, c.schema or ""
+
+
+def connector(conn_id: str = PIPELINE_DB):
+    """psycopg2 connections to the connection's database (Airflow's Postgres hook may give
+    psycopg 3 ones, which psycopg2.sql cannot compose for)."""
+    parameters = _pipeline_db_parameters(conn_id)
+    return lambda: psycopg2.connect(**parameters)
+
+
+def kafka_client(conn_id: str = KAFKA) -> KafkaClient:
+    """The connection's client config; ConfigError naming the connection unless both the
+    planner and Spark's Kafka source can use it."""
+    c = BaseHook.get_connection(conn_id)
+    if c.conn_type != "kafka":
+        raise ConfigError(f"connection {conn_id!r} is of type {c.conn_type!r}, not 'kafka' (its extra holds the "
+                          "Kafka client config, e.g. {\"bootstrap.servers\": \"host:9092\"})")
+    return KafkaClient(conn_id, c.extra_dejson).validate()
+
+
+def connection_problems(conn_ids: tuple[str, ...] = (PIPELINE_DB, KAFKA, SPARK)) -> list[Problem]:
+    """The pipeline's Airflow connections that are not defined or cannot be used, and the
+    pipeline database's refusal of its connection (PostgreSQL's words, which never quote the
+    password). A database that did not answer, or refused for a reason that may pass (too
+    many clients, starting up), is a problem that may pass by itself: the task is retried.
+    Whether the brokers accept the Kafka login is the preflight's topic check."""
+    undefined = [conn_id for conn_id in conn_ids if not _defined(conn_id)]
+    problems = [Problem(f"connection {conn_id!r}", "is not defined (Admin → Connections in the UI, "
+                                                   f"or AIRFLOW_CONN_{conn_id.upper()})") for conn_id in undefined]
+    if KAFKA in conn_ids and KAFKA not in undefined:
+        try:
+            kafka_client()
+        except ConfigError as unusable:
+            problems.append(Problem("Kafka", str(unusable)))
+    if PIPELINE_DB in conn_ids and PIPELINE_DB not in undefined:
+        try:
+            connector()().close()
+        except psycopg2.OperationalError as refused:
+            said = " ".join(str(refused).split())
+            problems.append(Problem(f"connection {PIPELINE_DB!r}", f"the pipeline database refuses it: {said}",
+                                    passing=not any(lasting in said for lasting in LASTING_REFUSALS)))
+        except psycopg2.ProgrammingError as unusable:  # e.g. an extra that is no libpq parameter
+            said = " ".join(str(unusable).split())
+            problems.append(Problem(f"connection {PIPELINE_DB!r}", f"libpq refuses it: {said}"))
+    return problems
+
+
+# What PostgreSQL says (libpq gives no SQLSTATE at connect) when a login cannot work as it is
+# configured: a wrong password or user, a database that does not exist, no pg_hba.conf entry.
+LASTING_REFUSALS = ("authentication failed", "does not exist", "pg_hba.conf", "permission denied")
+
+
+def _defined(conn_id: str) -> bool:
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True

@@ -1,0 +1,173 @@
+"""The pipelines view in Airflow's UI (plugins/exactly_once_plugin.py), after demo runs through
+`airflow dags test` and beside a stalled pipeline, read in Debian's chromium as a person sees
+it: each figure on the page equals what SQL on the ledger (and Kafka, for the lag) says; the
+stalled pipeline comes first; a checkpoint links to its DAG run. Without a valid Airflow login
+or token the app answers 401/403. Screenshots go to .local/artifacts/ui/.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from datetime import datetime, timezone
+from urllib.parse import quote, urlparse
+
+import psycopg2
+import requests
+from confluent_kafka import Consumer, TopicPartition
+from playwright.sync_api import expect
+
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.kafka_offsets import KafkaOffsets
+from exactly_once.protocol import Ledger
+from exactly_once_demo.pipeline import config as demo_config
+from exactly_once_demo.produce import produce
+from exactly_once_stack import airflow
+from exactly_once_stack.settings import ROOT, environment, passwords, process_environment
+from tests.dags.test_orders_exactly_once import dags_test
+from tests.dags.test_ui import SHOTS, Ui
+from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
+
+VIEW = "/exactly-once"
+
+
+@contextmanager
+def the_ui() -> Iterator[str]:
+    """The api-server (with the plugin) and the other services, on the project's DAGs folder,
+    with the demo DAG paused: the scheduler must not run it beside `airflow dags test`."""
+    subprocess.run(["airflow", "dags", "pause", "orders_exactly_once"], env=process_environment(), cwd=ROOT,
+                   capture_output=True, timeout=120)  # fails harmlessly while no run registered the DAG
+    started = airflow.start_services()
+    try:
+        yield environment()["AIRFLOW__API__BASE_URL"]
+    finally:
+        airflow.stop_services(started)
+
+
+def query(db_url: str, statement: str, *params) -> list[tuple]:
+    with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchall()
+
+
+def stall_a_pipeline(db_url: str, kafka_servers: str) -> tuple[str, int]:
+    """A pipeline whose first checkpoint failed in a way no retry fixes: stalled (the ledger's
+    own protocol, no Spark job needed)."""
+    name = f"view_stalled_{uuid.uuid4().hex[:6]}"
+    produce(kafka_servers, 20, topic=name)
+    ledger = Ledger(demo_config(name, name, schema="demo"), lambda: psycopg2.connect(db_url))
+    with KafkaOffsets(KafkaClient.at(kafka_servers)) as kafka:
+        checkpoint = ledger.begin("view-run-1", None, datetime.now(timezone.utc), kafka).checkpoint
+    attempt = ledger.start_attempt(checkpoint.id).attempt
+    ledger.abort_attempt(checkpoint.id, attempt, "BadRecords: a record no retry can fix", retryable=False)
+    return name, checkpoint.id
+
+
+def expected_lag(db_url: str, kafka_servers: str) -> list[int]:
+    """Per partition of the demo pipeline: Kafka's last stable offset minus the end of what is committed."""
+    ends = query(db_url, "SELECT p.topic, p.partition, coalesce(max(c.to_offset), p.start_offset) "
+                         "FROM exactly_once.partitions p LEFT JOIN exactly_once.committed_ranges c "
+                         "ON (c.pipeline, c.topic, c.partition) = (p.pipeline, p.topic, p.partition) "
+                         "WHERE p.pipeline = 'orders' GROUP BY 1, 2, p.start_offset ORDER BY 1, 2")
+    consumer = Consumer({"bootstrap.servers": kafka_servers, "group.id": "view-test",
+                         "isolation.level": "read_committed"})
+    try:
+        return [max(0, consumer.get_watermark_offsets(TopicPartition(t, p), timeout=30, cached=False)[1] - end)
+                for t, p, end in ends]
+    finally:
+        consumer.close()
+
+
+def test_without_a_valid_airflow_login_the_view_answers_401_or_403(stack_env):
+    with the_ui() as base:
+        check_the_logins(base)
+
+
+def check_the_logins(airflow_ui: str) -> None:
+    anonymous = requests.get(f"{airflow_ui}{VIEW}/", timeout=30)
+    assert (anonymous.status_code, anonymous.json()) == (401, {"detail": "Not authenticated"})
+    forged = requests.get(f"{airflow_ui}{VIEW}/api/pipelines", headers={"Authorization": "Bearer forged"},
+                          timeout=30)
+    assert (forged.status_code, forged.json()) == (403, {"detail": "Invalid JWT token"})
+    assert requests.get(f"{airflow_ui}{VIEW}/docs", timeout=30).status_code == 404  # no unauthenticated pages
+    token = requests.post(f"{airflow_ui}/auth/token", timeout=30,
+                          json={"username": "admin", "password": passwords()["airflow_admin"]}).json()
+    answer = requests.get(f"{airflow_ui}{VIEW}/api/pipelines", timeout=60,
+                          headers={"Authorization": f"Bearer {token['access_token']}"})
+    assert answer.status_code == 200 and isinstance(answer.json(), list)
+
+
+def test_the_view_shows_what_the_ledger_says(fresh_demo, kafka_servers, page):
+    for _ in range(2):  # two checkpoints, each with malformed and poison records among 1,000 orders
+        produce(kafka_servers, 1000)
+        run = dags_test(datetime.now(timezone.utc))
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
+    stalled, stalled_checkpoint = stall_a_pipeline(fresh_demo, kafka_servers)
+    produce(kafka_servers, 100)  # not read yet: lag
+    with the_ui():
+        read_the_view(page, fresh_demo, kafka_servers, stalled, stalled_checkpoint)
+
+
+def read_the_view(page, fresh_demo: str, kafka_servers: str, stalled: str, stalled_checkpoint: int) -> None:
+    ui = Ui(page, "orders_exactly_once")
+    ui.login()
+    page.get_by_role("button", name="Browse").click()
+    page.get_by_role("menuitem", name="Exactly-once pipelines").click()
+    # The tests' ledger holds hundreds of pipelines, each asked of Kafka for its lag: seconds.
+    expect(page.frame_locator("iframe").locator('section[data-pipeline="orders"]')).to_be_visible(timeout=60_000)
+    ui.shot("view-01-pipelines-in-the-airflow-ui")
+    page.goto(f"{ui.base}{VIEW}/")  # the same page on its own, as the iframe shows it, logged in by the cookie
+    view = page
+    orders = view.locator('section[data-pipeline="orders"]')
+
+    [(last_id, last_run, last_records)] = query(
+        fresh_demo, "SELECT id, dag_run_id, records FROM exactly_once.checkpoints WHERE pipeline = 'orders' "
+                    "AND state = 'committed' ORDER BY committed_at DESC LIMIT 1")
+    assert orders.locator('[data-field="last-commit-id"]').inner_text() == str(last_id)
+    assert orders.locator('[data-field="last-commit-records"]').inner_text() == str(last_records)
+    lag = [int(text) for text in orders.locator('[data-field="lag"]').all_inner_texts()]
+    assert lag == expected_lag(fresh_demo, kafka_servers) and sum(lag) >= 100
+    assert orders.get_by_text("Open checkpoints").locator("xpath=following-sibling::*[1]").inner_text() == "none"
+
+    reasons = dict(query(fresh_demo, "SELECT reason, count(*) FROM exactly_once.dead_letters "
+                                     "WHERE pipeline = 'orders' GROUP BY reason"))
+    shown = dict(zip(orders.locator('[data-field="dead-letter-reason"]').all_inner_texts(),
+                     map(int, orders.locator('[data-field="dead-letter-count"]').all_inner_texts())))
+    assert shown == reasons and len(reasons) >= 2  # malformed JSON and the NUL poison
+    newest = query(fresh_demo, "SELECT topic, partition, \"offset\" FROM exactly_once.dead_letters "
+                               "WHERE pipeline = 'orders' ORDER BY committed_at DESC, topic, partition, "
+                               "\"offset\" DESC LIMIT 10")
+    rows = [row.split("\t")[:3] for row in orders.locator('[data-row="dead-letter"]').all_inner_texts()]
+    assert [(t, int(p), int(o)) for t, p, o in rows] == newest
+    assert any("\\x5cu0000" in text for text in orders.locator("code").all_inner_texts())  # the poison, escaped
+
+    history = query(fresh_demo, "SELECT id, coalesce(records, 0) FROM exactly_once.checkpoints "
+                                "WHERE pipeline = 'orders' ORDER BY id DESC LIMIT 20")
+    bars = orders.locator('[data-field="records-bar"]')
+    assert [(int(bars.nth(i).get_attribute("data-checkpoint")), int(bars.nth(i).get_attribute("data-value")))
+            for i in range(bars.count())] == list(reversed(history))
+    assert orders.locator('[data-field="latency-bar"]').count() == len(history)
+    orders.screenshot(path=SHOTS / "view-02-demo-pipeline.png")
+
+    sections = view.locator("section[data-pipeline]")
+    names = [sections.nth(i).get_attribute("data-pipeline") for i in range(sections.count())]
+    stalled_names = {name for name, in query(fresh_demo, "SELECT DISTINCT pipeline FROM exactly_once.checkpoints "
+                                                         "WHERE state = 'stalled'")}
+    assert names[:len(stalled_names)] == sorted(stalled_names)  # stalled pipelines come first
+    stall = view.locator(f'section[data-pipeline="{stalled}"]')
+    assert stall.locator('[data-field="health"]').inner_text() == "STALLED"
+    said = stall.locator('[data-field="stall"]').inner_text()
+    assert f"STALLED: checkpoint {stalled_checkpoint} (DAG run view-run-1)" in said
+    assert "a record no retry can fix" in said and "way out" in said
+    stall.screenshot(path=SHOTS / "view-03-stalled-pipeline.png")
+
+    link = orders.locator('[data-field="last-commit-id"] a')
+    run_path = f"/dags/orders_exactly_once/runs/{quote(last_run, safe='')}"
+    assert link.get_attribute("href") == run_path
+    link.click()
+    expect(page.get_by_text(last_run).first).to_be_visible(timeout=30_000)
+    assert urlparse(page.url).path == run_path
+    ui.shot("view-04-the-checkpoints-dag-run")
