@@ -2,8 +2,8 @@
 
     spark-submit jobs/increment.py --pipeline NAME --checkpoint-id N --attempt T --settings FILE
 
-It reads the pipeline's configuration and the checkpoint's frozen ranges from
-the ledger, writes staging and pre-commits (`exactly_once.increment.execute_attempt`,
+It reads the configuration its attempt was started with and the checkpoint's frozen
+ranges from the ledger, writes staging and pre-commits (`exactly_once.increment.execute_attempt`,
 which records a failure and whether a retry may help on the attempt). The pipeline
 database and the Kafka client config come from FILE, which the submitting task writes
 from its Airflow connections (`exactly_once.job_settings`). Exit status:
@@ -46,7 +46,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     settings = JobSettings.take(args.settings)
-    ledger = Ledger.of_registered(args.pipeline, lambda: psycopg2.connect(settings.db_url))
+    ledger = Ledger.of_attempt(args.pipeline, args.checkpoint_id, args.attempt,
+                               lambda: psycopg2.connect(settings.db_url))
     spark = SparkSession.builder.appName(f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}") \
         .getOrCreate()
     try:

@@ -5,14 +5,48 @@
 -- Serializes registration, planning and recovery of one pipeline.
 SELECT pg_advisory_xact_lock(hashtextextended('exactly_once:' || %(pipeline)s, 0));
 
+-- name: lock_commits
+-- Commits of a pipeline's checkpoints run side by side: their merges commute.
+SELECT pg_advisory_xact_lock_shared(hashtextextended('exactly_once:commit:' || %(pipeline)s, 0));
+
+-- name: lock_commits_alone
+-- A reprocessing's commit runs alone: it recomputes keys from every checkpoint's
+-- contribution, which a commit beside it could change after it read them.
+SELECT pg_advisory_xact_lock(hashtextextended('exactly_once:commit:' || %(pipeline)s, 0));
+
 -- name: register_pipeline
 -- json has no equality: configurations compare as text (field order included, on purpose).
 INSERT INTO exactly_once.pipelines (name, config) VALUES (%(pipeline)s, %(config)s)
 ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config
 WHERE exactly_once.pipelines.config::text IS DISTINCT FROM EXCLUDED.config::text;
 
+-- name: register_version
+INSERT INTO exactly_once.config_versions (pipeline, version, config) VALUES (%(pipeline)s, %(version)s, %(config)s)
+ON CONFLICT DO NOTHING;
+
 -- name: pipeline_config
 SELECT config FROM exactly_once.pipelines WHERE name = %(pipeline)s;
+
+-- name: attempt_config
+-- The configuration the attempt was started with.
+SELECT v.config
+FROM exactly_once.attempts a
+JOIN exactly_once.checkpoints k ON k.id = a.checkpoint_id
+JOIN exactly_once.config_versions v ON v.pipeline = k.pipeline AND v.version = a.config_version
+WHERE k.pipeline = %(pipeline)s AND a.checkpoint_id = %(checkpoint_id)s AND a.attempt = %(attempt)s;
+
+-- name: create_contributions
+CREATE TABLE IF NOT EXISTS {contributions} AS SELECT {columns}, 0::bigint AS checkpoint_id FROM {final} WITH NO DATA;
+CREATE INDEX IF NOT EXISTS {by_checkpoint} ON {contributions} (checkpoint_id);
+CREATE INDEX IF NOT EXISTS {by_keys} ON {contributions} ({keys});
+
+-- name: add_contribution_column
+-- A column the final table gained (a new measure): earlier contributions have none.
+ALTER TABLE {contributions} ADD COLUMN {column} {type};
+
+-- name: column_type
+SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+WHERE attrelid = to_regclass(%(table)s) AND attname = %(column)s AND NOT attisdropped;
 
 -- name: table_columns
 SELECT a.attname::text
@@ -57,7 +91,7 @@ WHERE k.id = s.checkpoint_id AND k.pipeline = %(pipeline)s
 
 -- name: checkpoint
 SELECT id, dag_run_id, state::text, attempt, interval_start, interval_end, lease_until,
-       precommitted_attempt, staged, records, reason
+       precommitted_attempt, staged, records, reason, replays
 FROM exactly_once.checkpoints
 WHERE id = %(checkpoint_id)s AND pipeline = %(pipeline)s
 FOR UPDATE;
@@ -68,12 +102,47 @@ FROM exactly_once.attempts
 WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s;
 
 -- name: checkpoint_of_run
-SELECT id FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s AND dag_run_id = %(dag_run_id)s;
+SELECT id FROM exactly_once.checkpoints
+WHERE pipeline = %(pipeline)s AND dag_run_id = %(dag_run_id)s AND replays IS NULL;
+
+-- name: open_reprocessing
+SELECT id FROM exactly_once.checkpoints
+WHERE replays = %(checkpoint_id)s AND state IN ('planned', 'running', 'stalled', 'precommitted');
+
+-- name: latest_processing
+-- Whose rows the sinks hold for a checkpoint's ranges: the checkpoint's own commit or its
+-- latest committed reprocessing, with the configuration version its attempt ran.
+SELECT k.id, a.config_version
+FROM exactly_once.checkpoints k
+LEFT JOIN exactly_once.attempts a ON a.checkpoint_id = k.id AND a.attempt = k.precommitted_attempt
+WHERE (k.id = %(checkpoint_id)s OR k.replays = %(checkpoint_id)s) AND k.state = 'committed'
+ORDER BY k.committed_at DESC, k.id DESC
+LIMIT 1;
+
+-- name: replaced
+SELECT replaced FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s AND pipeline = %(pipeline)s;
+
+-- name: contributions_not_kept
+-- Committed checkpoints with records whose contribution to the keyed sinks was not kept
+-- (committed before migration 0008).
+SELECT k.id FROM exactly_once.checkpoints k
+WHERE k.pipeline = %(pipeline)s AND k.state = 'committed' AND NOT k.contributions_kept
+  AND EXISTS (SELECT FROM exactly_once.committed_ranges c WHERE c.checkpoint_id = k.id)
+ORDER BY k.id;
+
+-- name: insert_reprocessing
+INSERT INTO exactly_once.checkpoints
+    (pipeline, dag_run_id, interval_start, interval_end, reach, state, lease_until, created_at, replays)
+SELECT pipeline, %(dag_run_id)s, interval_start, interval_end, reach, 'planned', %(lease_until)s, %(now)s, id
+FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s
+RETURNING id;
 
 -- name: checkpoint_ranges
+-- A reprocessing reads the ranges of the checkpoint it replays.
 SELECT topic, partition, from_offset, to_offset
 FROM exactly_once.checkpoint_ranges
-WHERE checkpoint_id = %(checkpoint_id)s
+WHERE checkpoint_id = coalesce((SELECT replays FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s),
+                               %(checkpoint_id)s)
 ORDER BY topic, partition, from_offset;
 
 -- name: partitions
@@ -132,8 +201,8 @@ WHERE id = %(checkpoint_id)s
 RETURNING attempt;
 
 -- name: insert_attempt
-INSERT INTO exactly_once.attempts (checkpoint_id, attempt, started_at)
-VALUES (%(checkpoint_id)s, %(attempt)s, %(now)s);
+INSERT INTO exactly_once.attempts (checkpoint_id, attempt, started_at, config_version)
+VALUES (%(checkpoint_id)s, %(attempt)s, %(now)s, %(config_version)s);
 
 -- name: end_attempts
 -- Ends the checkpoint's attempts still in `from_state` (one attempt, or all when attempt is NULL).
@@ -162,7 +231,10 @@ FROM exactly_once.checkpoint_ranges
 WHERE checkpoint_id = %(checkpoint_id)s AND from_offset < to_offset;
 
 -- name: mark_committed
-UPDATE exactly_once.checkpoints SET state = 'committed', committed_at = %(now)s WHERE id = %(checkpoint_id)s;
+-- Its contribution to the keyed sinks is kept now (a reprocessing's, as its slot's).
+UPDATE exactly_once.checkpoints SET state = 'committed', committed_at = %(now)s, replaced = %(replaced)s
+WHERE id = %(checkpoint_id)s;
+UPDATE exactly_once.checkpoints SET contributions_kept = true WHERE id = %(slot)s;
 
 -- name: mark_aborted
 UPDATE exactly_once.checkpoints SET state = 'aborted', reason = %(reason)s WHERE id = %(checkpoint_id)s;

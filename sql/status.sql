@@ -4,16 +4,20 @@
 SELECT name FROM exactly_once.pipelines ORDER BY name;
 
 -- name: checkpoints
--- The latest checkpoints (or only the open ones) with their ranges, records and how
--- long each phase took.
+-- The latest checkpoints (or only the open ones) with their ranges (a reprocessing's are
+-- those of the checkpoint it replays), records, how long each phase took, and the
+-- configuration version of the latest attempt.
 SELECT c.id, c.dag_run_id, c.interval_start, c.interval_end, c.state::text, c.records,
        coalesce(jsonb_agg(jsonb_build_array(r.topic, r.partition, r.from_offset, r.to_offset)
                           ORDER BY r.topic, r.partition, r.from_offset) FILTER (WHERE r.topic IS NOT NULL), '[]'::jsonb),
        c.precommitted_at - c.created_at AS until_precommit,
        c.committed_at - coalesce(c.precommitted_at, c.created_at) AS until_commit,
-       c.attempt
+       c.attempt, c.replays,
+       (SELECT a.config_version FROM exactly_once.attempts a
+        WHERE a.checkpoint_id = c.id ORDER BY a.attempt DESC LIMIT 1) AS config_version
 FROM exactly_once.checkpoints c
-LEFT JOIN exactly_once.checkpoint_ranges r ON r.checkpoint_id = c.id AND r.to_offset > r.from_offset
+LEFT JOIN exactly_once.checkpoint_ranges r
+       ON r.checkpoint_id = coalesce(c.replays, c.id) AND r.to_offset > r.from_offset
 WHERE c.pipeline = %(pipeline)s
   AND (NOT %(open_only)s OR c.state IN ('planned', 'running', 'stalled', 'precommitted'))
 GROUP BY c.id

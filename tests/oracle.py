@@ -4,9 +4,10 @@ hold, and the comparison of the two, to the row.
 
 What is expected is computed from the pipeline's configuration, each sink by its mode,
 keys and measures, and from the test's own model of the pipeline in Python, `row_of`:
-the row a record becomes after parse and transform, or None for a bad record (a dead
-letter). Nothing of the library's Spark job or SQL merges is used, so the oracle checks
-them rather than repeating them. A new sink mode is one more entry in `_MODES`.
+the row a record becomes after parse and transform, None for a bad record (a dead
+letter), or DROPPED for one the transform filters out. Nothing of the library's Spark
+job or SQL merges is used, so the oracle checks them rather than repeating them. A new
+sink mode is one more entry in `_MODES`.
 """
 
 from __future__ import annotations
@@ -49,12 +50,19 @@ class Record:
 RowOf = Callable[[Record], "Row | None"]
 
 
+def in_ranges(record: Record, ranges: Iterable) -> bool:
+    """Whether the record lies in one of the offset ranges (exactly_once.planning.OffsetRange)."""
+    return any(r.topic == record.topic and r.partition == record.partition and r.start <= record.offset < r.end
+               for r in ranges)
+
+
 class _Missing:
     def __repr__(self) -> str:
         return "<no value>"
 
 
 MISSING = _Missing()  # a column the expected row has no value for: never equal to a value read
+DROPPED: Row = {}     # what `row_of` gives for a record the transform filters out: no row, no dead letter
 
 
 # -- what the tables must hold ----------------------------------------------------------------
@@ -129,6 +137,8 @@ def expected(config: PipelineConfig, records: Iterable[Record], row_of: RowOf) -
     good, dead = [], []
     for record in records:
         row = row_of(record)
+        if row is DROPPED:
+            continue
         if row is None:
             dead.append(dict(zip(DEAD_LETTER_COLUMNS, (record.topic, record.partition, record.offset, record.key,
                                                        record.value))))

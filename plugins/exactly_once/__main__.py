@@ -7,6 +7,9 @@
         a first pipeline: its configuration module, DAG file and table DDL (exactly_once.scaffold)
     python -m exactly_once reference
         the configuration reference, in Markdown, from the model (exactly_once.reference)
+    python -m exactly_once reprocess DAG_FILE_OR_PIPELINE CHECKPOINT_ID
+        replays a committed checkpoint's frozen ranges with the DAG file's configuration (or the
+        one last registered) and replaces its rows in every sink (exactly_once.reprocessing)
 
 Connections are Airflow's (`pipeline_db`, `kafka_default`, `spark_default`), read from the
 environment and from Airflow's metadata database (`exactly_once.connections`).
@@ -43,10 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     new.add_argument("--plugins", type=Path, default=Path("plugins"),
                      help="a folder on the workers' Python path (default: plugins)")
     commands.add_parser("reference", help="print the configuration reference (Markdown)")
+    again = commands.add_parser("reprocess", help="replay a committed checkpoint with today's configuration")
+    again.add_argument("target", metavar="DAG_FILE_OR_PIPELINE")
+    again.add_argument("checkpoint_id", type=int)
     args = parser.parse_args(argv)
 
     if args.command == "check":
         return run_check(args.target)
+    if args.command == "reprocess":
+        return run_reprocess(args.target, args.checkpoint_id)
     if args.command == "new":
         from exactly_once.scaffold import scaffold
 
@@ -85,6 +93,22 @@ def run_check(target: str) -> int:
         print(report(f"pipeline {config.name!r}", problems))
         failed = failed or bool(problems)
     return 1 if failed else 0
+
+
+def run_reprocess(target: str, checkpoint_id: int) -> int:
+    import logging
+
+    from exactly_once import connections
+    from exactly_once.reprocessing import reprocess
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    connect = connections.for_command_line(connections.connector)
+    try:
+        configs = configs_of(target, connect)
+    except Unloadable as unusable:
+        print(report(unusable.problem.subject, [unusable.problem]))
+        return 1
+    return reprocess(configs, checkpoint_id)
 
 
 def pipeline_problems(config: PipelineConfig, kafka: KafkaClient | None, connect) -> list[Problem]:

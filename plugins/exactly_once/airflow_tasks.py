@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import task
+from airflow.sdk import Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once import lineage, overview, tasks
@@ -83,11 +83,23 @@ class IncrementOperator(SparkSubmitOperator):
                                outputs=datasets(lineage.outputs(self.config, *pipeline_db_location())))
 
 
+REPROCESS = "reprocess"  # the run parameter that makes a run whose checkpoint is committed replay it
+
+
+def reprocess_param() -> Param:
+    return Param(False, type="boolean", title="Reprocess the run's committed checkpoint",
+                 description="With 'reprocess completed runs' in a backfill (or a cleared run): read the run's "
+                             "checkpoint's frozen offset ranges again with today's configuration and replace "
+                             "what it wrote in every sink, in one transaction. Off: a completed run changes "
+                             "nothing.")
+
+
 def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_retries: int = 4):
     """The three tasks of a pipeline run, chained; call inside a DAG. A failed attempt is
     retried on the same frozen ranges (Flink's restart strategy), with back-off. The
     increment's tries must reach the pipeline's `stall_after`, or a failure that persists
-    would end each run without stalling its checkpoint."""
+    would end each run without stalling its checkpoint. Declares the DAG's `reprocess`
+    parameter, so the trigger and backfill forms show it."""
     if config.stall_after > increment_retries + 1:
         raise ConfigError(f"pipeline {config.name!r}: stall_after {config.stall_after} exceeds the increment "
                           f"task's {increment_retries + 1} tries (increment_retries + 1): a failure that persists "
@@ -103,7 +115,8 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                 begun = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
                                                context.get("data_interval_start"),
                                                context.get("data_interval_end"),
-                                               reach_of(context["dag_run"].run_type))
+                                               reach_of(context["dag_run"].run_type),
+                                               reprocess=bool(context["params"].get(REPROCESS)))
             overview.record_dag(connector(), config.name, context["dag"].dag_id)  # the view's links to runs
         return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 
@@ -120,3 +133,5 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                                   retries=increment_retries, retry_delay=timedelta(seconds=30),
                                   retry_exponential_backoff=True)
     begun >> increment >> commit()
+    if REPROCESS not in increment.dag.params:
+        increment.dag.params[REPROCESS] = reprocess_param()

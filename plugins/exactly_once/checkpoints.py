@@ -71,6 +71,13 @@ class Checkpoint:
     staged: Mapping[str, Staged] | None = None   # recorded at pre-commit
     records: int | None = None                   # Kafka records the pre-committed attempt read
     reason: str | None = None                    # why it was last aborted or sent back
+    replays: int | None = None                   # a reprocessing: the committed checkpoint it replays
+
+    @property
+    def slot(self) -> int:
+        """The checkpoint whose contribution to the sinks this one's rows are: itself, or
+        the one it replays."""
+        return self.replays or self.id
 
     @property
     def is_empty(self) -> bool:
@@ -81,7 +88,7 @@ class Checkpoint:
         """What its pre-commit recorded: the one attempt commit may promote."""
         if self.state is not State.PRECOMMITTED:
             raise ValueError(f"checkpoint {self.id} is {self.state.value}: nothing is pre-committed")
-        return Committable(self.id, self.precommitted_attempt, self.ranges, self.staged)
+        return Committable(self.id, self.precommitted_attempt, self.ranges, self.staged, self.replays)
 
     def is_current(self, attempt: int) -> bool:
         """Whether `attempt` may still write and pre-commit (it is not fenced)."""
@@ -125,6 +132,11 @@ class Committable:
     attempt: int
     ranges: tuple[OffsetRange, ...]
     staged: Mapping[str, Staged]
+    replays: int | None = None         # a reprocessing's commit replaces this checkpoint's contribution
+
+    @property
+    def slot(self) -> int:
+        return self.replays or self.checkpoint_id
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,12 @@ class NotRunnable(ProtocolError):
         super().__init__(f"checkpoint {checkpoint.id} cannot start an attempt: {why[checkpoint.state]}")
 
 
+class NotReprocessable(ProtocolError):
+    """The checkpoint cannot be reprocessed (not committed, or its keyed sinks' contributions were not kept)."""
+
+    retryable = False
+
+
 class StagingIncomplete(ProtocolError):
     """Pre-commit found other row counts in staging than the attempt wrote (a new attempt may succeed)."""
 

@@ -87,7 +87,7 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
     checkpoint = ledger.current(checkpoint_id, attempt)  # Fenced before it reads anything
     log.info("checkpoint %s attempt %s: ranges %s", checkpoint_id, attempt,
              ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges))
-    staging = Staging(ledger, checkpoint_id, attempt, checkpoint.ranges, jdbc)
+    staging = Staging(ledger, checkpoint, attempt, jdbc)
     with ledger.rows() as rows:
         set_aside = rows.dead_lettered(checkpoint.ranges)
 

@@ -16,8 +16,9 @@ from exactly_once.checkpoints import Attempt, AttemptState, Checkpoint, Staged, 
 from exactly_once.config import PipelineConfig, Sink
 from exactly_once.errors import PromotionRefused
 from exactly_once.planning import OffsetRange, PartitionPlan, PartitionState, Reach
+from exactly_once.sinks import SinkTables
 from exactly_once.sqlfiles import named
-from exactly_once.tables import final_table, staging_tables
+from exactly_once.tables import contributions_table, final_table, staging_tables
 
 Q = named("ledger.sql")
 Partition = tuple[str, int]  # (topic, partition)
@@ -36,6 +37,13 @@ def registered_config(cur, pipeline: str) -> dict:
     """The pipeline's configuration as last registered."""
     return _one(cur, "pipeline_config", {"pipeline": pipeline},
                 f"pipeline {pipeline!r} is not registered in the ledger")
+
+
+def attempt_config(cur, pipeline: str, checkpoint_id: int, attempt: int) -> dict:
+    """The configuration the attempt was started with."""
+    return _one(cur, "attempt_config", {"pipeline": pipeline, "checkpoint_id": checkpoint_id, "attempt": attempt},
+                f"attempt {attempt} of checkpoint {checkpoint_id} of pipeline {pipeline!r} has no recorded "
+                "configuration version")
 
 
 def pipeline_of(cur, checkpoint_id: int) -> str:
@@ -71,12 +79,12 @@ class LedgerRows:
         if row is None:
             raise LookupError(f"checkpoint {checkpoint_id} of pipeline {self.config.name!r} does not exist")
         cp_id, dag_run_id, state, attempt, interval_start, interval_end, lease_until, precommitted_attempt, \
-            staged, records, reason = row
+            staged, records, reason, replays = row
         self.run("checkpoint_ranges", checkpoint_id=checkpoint_id)
         ranges = tuple(OffsetRange(*r) for r in self.cur.fetchall())
         staged = None if staged is None else {name: Staged(**s) for name, s in staged.items()}
         return Checkpoint(cp_id, dag_run_id, State(state), attempt, ranges, interval_start, interval_end,
-                          lease_until, precommitted_attempt, staged, records, reason)
+                          lease_until, precommitted_attempt, staged, records, reason, replays)
 
     def checkpoint_of_run(self, dag_run_id: str) -> int | None:
         self.run("checkpoint_of_run", pipeline=self.config.name, dag_run_id=dag_run_id)
@@ -198,9 +206,20 @@ class LedgerRows:
             deleted += self.cur.rowcount
         return deleted
 
-    def promotion(self, sink: Sink) -> sql.Composed:
-        """The statement that merges the sink's staged rows of %(checkpoint_id)s/%(attempt)s into its final table."""
-        return sink.strategy.promote(sink, self.staging[sink.name], self.columns(final_table(sink)))
+    def sink_tables(self, sink: Sink) -> SinkTables:
+        return SinkTables(final_table(sink), self.staging[sink.name], contributions_table(self.config, sink),
+                          self.columns(final_table(sink)))
+
+    def promotion(self, sink: Sink, reprocessing: bool) -> list[sql.Composed]:
+        """The statements that merge the sink's staged rows of %(checkpoint_id)s/%(attempt)s
+        into its final table as the contribution of %(slot)s: a promotion, or a
+        reprocessing's (forget, put), where forget's row count is the rows taken back."""
+        tables = self.sink_tables(sink)
+        return list(sink.strategy.replace(sink, tables)) if reprocessing else [sink.strategy.promote(sink, tables)]
+
+    def lock_commits(self, alone: bool) -> None:
+        """Shared among the pipeline's commits; a reprocessing's commit runs `alone`."""
+        self.run("lock_commits_alone" if alone else "lock_commits", pipeline=self.config.name)
 
     def refused_at_commit(self, checkpoint_id: int) -> bool:
         """Whether a final table refused a commit of this checkpoint, or of the checkpoint

@@ -84,11 +84,13 @@ def _dead_letters(o: PipelineOverview) -> str:
 
 
 def _checkpoints(checkpoints: tuple[CheckpointSummary, ...], run, row: str) -> str:
-    return _table(["checkpoint", "state", "interval", "ranges", "records", "attempts", "to pre-commit", "to commit"],
-                  [[run(c.id, c.dag_run_id), f'<span data-field="state">{escape(c.state)}</span>',
+    return _table(["checkpoint", "state", "interval", "ranges", "records", "attempts", "config", "to pre-commit",
+                   "to commit"],
+                  [[run(c.id, c.dag_run_id), f'<span data-field="state">{escape(c.what)}</span>',
                     f"{escape(_when(c.interval_start))} → {escape(_when(c.interval_end))}",
-                    escape(describe_ranges(c.ranges)), c.records or 0, c.attempts, duration(c.until_precommit),
-                    duration(c.until_commit)] for c in checkpoints], row)
+                    escape(describe_ranges(c.ranges)), c.records or 0, c.attempts,
+                    f'<code data-field="config">{escape(c.config_version or "")}</code>',
+                    duration(c.until_precommit), duration(c.until_commit)] for c in checkpoints], row)
 
 
 def _latency(c: CheckpointSummary) -> float:

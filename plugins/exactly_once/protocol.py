@@ -3,6 +3,7 @@
     Flink                              here (each step is one PostgreSQL transaction)
     initializeState on restart         recover()        commit what is pre-committed, abort what was abandoned
     checkpoint n begins (barrier)      begin()          recover, then freeze the next offset range per partition
+    (replay a completed checkpoint)    replays.reprocess()  a checkpoint that replays a committed one's ranges
     beginTransaction                   start_attempt()  a new fencing token; older attempts are fenced off
     preCommit                          pre_commit()     the attempt's staging rows are complete: counts, checksum
     notifyCheckpointComplete, commit   commit()         promote staging and record the offsets, atomically
@@ -16,6 +17,7 @@ and whether a retry may help. Nothing is logged and dropped.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import replace
@@ -30,11 +32,13 @@ from exactly_once.config import PipelineConfig, load_config
 from exactly_once.errors import (Fenced, NotPreCommitted, NotRunnable, PromotionRefused, SentBack, StagedDataChanged,
                                  StagingIncomplete, Stalled)
 from exactly_once.isolation import record_failure
-from exactly_once.ledger_rows import LedgerRows, registered_config
+from exactly_once.ledger_rows import LedgerRows, attempt_config, registered_config
 from exactly_once.planning import OffsetSource, PartitionOffsets, Reach, plan_checkpoint
 from exactly_once.registration import final_columns, register
 from exactly_once.row_checks import ColumnType
-from exactly_once.sqlfiles import text
+from exactly_once.sqlfiles import named
+from exactly_once.tables import DEAD_LETTERS
+from exactly_once.versions import config_version
 
 
 def _utcnow() -> datetime:
@@ -56,6 +60,14 @@ class Ledger:
         """The ledger of a pipeline as it was last registered (how a Spark job finds its configuration)."""
         with closing(connect()) as conn, conn, conn.cursor() as cur:
             return cls(load_config(registered_config(cur, pipeline)), connect, **options)
+
+    @classmethod
+    def of_attempt(cls, pipeline: str, checkpoint_id: int, attempt: int, connect: Callable[[], object],
+                   **options) -> Ledger:
+        """The ledger with the configuration the attempt was started with (how its Spark job
+        runs exactly that version, whatever was registered since)."""
+        with closing(connect()) as conn, conn, conn.cursor() as cur:
+            return cls(load_config(attempt_config(cur, pipeline, checkpoint_id, attempt)), connect, **options)
 
     def connect(self):
         """A new connection to the pipeline database."""
@@ -128,7 +140,10 @@ class Ledger:
             attempt = rows.cur.fetchone()[0]
             rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED,
                               f"superseded by attempt {attempt}", now)
-            rows.run("insert_attempt", checkpoint_id=checkpoint_id, attempt=attempt, now=now)
+            version = config_version(self.config)
+            rows.run("register_version", pipeline=self.config.name, version=version,
+                     config=self.config.model_dump_json())
+            rows.run("insert_attempt", checkpoint_id=checkpoint_id, attempt=attempt, now=now, config_version=version)
             rows.delete_staging(checkpoint_id, attempt=None)
             self._fault("start_attempt.before_commit")
         return replace(checkpoint, state=State.RUNNING, attempt=attempt)
@@ -187,20 +202,35 @@ class Ledger:
 
     def _promote(self, rows: LedgerRows, committable: Committable) -> None:
         """Every sink's staged rows of the pre-committed attempt, the dead letters and the
-        ranges, in the caller's transaction; the checkpoint is committed with them."""
+        ranges, in the caller's transaction; the checkpoint is committed with them. A
+        reprocessing replaces the replayed checkpoint's contribution instead (its ranges
+        are committed already) and records the rows taken back and put in per sink."""
         now = self._clock()
-        params = {"checkpoint_id": committable.checkpoint_id, "attempt": committable.attempt, "now": now}
+        reprocessing = committable.replays is not None
+        params = {"checkpoint_id": committable.checkpoint_id, "attempt": committable.attempt, "now": now,
+                  "slot": committable.slot}
+        rows.lock_commits(alone=reprocessing)
+        taken_back = {}
         for sink in self.config.sinks:
             try:
-                rows.cur.execute(rows.promotion(sink), params)
+                for step, statement in enumerate(rows.promotion(sink, reprocessing)):
+                    rows.cur.execute(statement, params)
+                    if reprocessing and step == 0:  # forget: the rows taken back
+                        taken_back[sink.name] = rows.cur.rowcount
             except psycopg2.Error as error:
                 failure = record_failure(error)
                 if failure is None:
                     raise
                 raise PromotionRefused(f"{PromotionRefused.PREFIX}: sink {sink.name}: {failure[1]}") from error
-        rows.cur.execute(text("merge/dead_letters.sql"), params)
-        rows.run("promote_ranges", **params)
-        rows.run("mark_committed", **params)
+        dead_letters = named("merge/dead_letters.sql")
+        if reprocessing:
+            rows.cur.execute(dead_letters["forget"], params)
+            taken_back[DEAD_LETTERS] = rows.cur.rowcount
+        rows.cur.execute(dead_letters["promote"], params)
+        if not reprocessing:
+            rows.run("promote_ranges", **params)
+        replaced = {name: {"old": old, "new": committable.staged[name].rows} for name, old in taken_back.items()}
+        rows.run("mark_committed", **params, replaced=json.dumps(replaced) if reprocessing else None)
         rows.end_attempts(committable.checkpoint_id, committable.attempt, AttemptState.PRECOMMITTED,
                           AttemptState.COMMITTED, None, now)
         rows.delete_staging(committable.checkpoint_id, attempt=None)

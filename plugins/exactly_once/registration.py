@@ -1,6 +1,7 @@
-"""Registering a pipeline: its configuration in the ledger, a staging table per sink,
-and a check of each final table against the catalog (it exists, has the columns and
-the unique index its sink mode merges on)."""
+"""Registering a pipeline: its configuration (and configuration version) in the ledger, a
+staging table per sink, a contributions table per keyed sink, and a check of each final
+table against the catalog (it exists, has the columns and the unique index its sink mode
+merges on)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from exactly_once.errors import Permanent
 from exactly_once.problems import Problem
 from exactly_once.ledger_rows import Q, LedgerRows
 from exactly_once.row_checks import ColumnType, column_types
-from exactly_once.tables import final_table, staging_index, staging_table
+from exactly_once.tables import contributions_indexes, contributions_table, final_table, staging_index, staging_table
+from exactly_once.versions import config_version
 
 
 class SinkTableError(Permanent, ValueError):
@@ -23,6 +25,8 @@ def register(rows: LedgerRows) -> None:
     """Idempotent; call with the pipeline locked."""
     config = rows.config
     rows.run("register_pipeline", pipeline=config.name, config=config.model_dump_json())
+    rows.run("register_version", pipeline=config.name, version=config_version(config),
+             config=config.model_dump_json())
     for sink in config.sinks:
         final_columns = check_final_table(rows, sink)
         staging = staging_table(config, sink.name)
@@ -31,6 +35,22 @@ def register(rows: LedgerRows) -> None:
         if rows.columns(staging) != [*final_columns, "checkpoint_id", "attempt"]:
             raise SinkTableError(f"sink {sink.name!r}: staging table {staging.as_string(rows.cur)} no longer "
                                  f"matches final table {sink.table}; drop it while no checkpoint is open")
+        kept = sink.strategy.contribution_columns(sink, final_columns)
+        if kept is not None:
+            _create_contributions(rows, sink, kept)
+
+
+def _create_contributions(rows: LedgerRows, sink: Sink, columns: list[str]) -> None:
+    """The sink's contributions table, with a column for each the final table gained since."""
+    table = contributions_table(rows.config, sink)
+    by_checkpoint, by_keys = contributions_indexes(rows.config, sink)
+    rows.cur.execute(sql.SQL(Q["create_contributions"]).format(
+        contributions=table, final=final_table(sink), columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
+        by_checkpoint=by_checkpoint, by_keys=by_keys, keys=sql.SQL(", ").join(map(sql.Identifier, sink.keys))))
+    for column in sorted(set(columns) - set(rows.columns(table))):
+        rows.run("column_type", table=final_table(sink).as_string(rows.cur), column=column)
+        rows.cur.execute(sql.SQL(Q["add_contribution_column"]).format(
+            contributions=table, column=sql.Identifier(column), type=sql.SQL(rows.cur.fetchone()[0])))
 
 
 def check_final_table(rows: LedgerRows, sink: Sink) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 import psycopg2
@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from exactly_once import faults
+from exactly_once.checkpoints import Checkpoint
 from exactly_once.config import Sink
 from exactly_once.errors import Permanent
 from exactly_once.frames import SetAside, attempt_frames, in_ranges, parse, with_set_aside
@@ -75,10 +76,9 @@ class _Refused(Exception):
 
 
 class Staging:
-    def __init__(self, ledger: Ledger, checkpoint_id: int, attempt: int, ranges: Sequence[OffsetRange],
-                 jdbc: Mapping[str, str]):
-        self.ledger, self.checkpoint_id, self.attempt, self.ranges, self.jdbc = \
-            ledger, checkpoint_id, attempt, ranges, jdbc
+    def __init__(self, ledger: Ledger, checkpoint: Checkpoint, attempt: int, jdbc: Mapping[str, str]):
+        self.ledger, self.checkpoint, self.attempt, self.jdbc = ledger, checkpoint, attempt, jdbc
+        self.checkpoint_id, self.ranges = checkpoint.id, checkpoint.ranges
         self.config = ledger.config
         self.columns = ledger.final_columns()
         self.refusing = self._may_refuse()
@@ -186,12 +186,13 @@ class Staging:
     def _trial_promote(self, tag: int) -> tuple[str, Exception] | None:
         """Promotes the rows tagged `tag` into the refusing sinks' tables and rolls back:
         (sink, the database's error) for the first that refuses them, else None."""
-        params = {"checkpoint_id": self.checkpoint_id, "attempt": tag}
+        params = {"checkpoint_id": self.checkpoint_id, "attempt": tag, "slot": self.checkpoint.slot}
         with self.ledger.rows() as rows:
             try:
                 for sink in self.refusing:
                     try:
-                        rows.cur.execute(rows.promotion(sink), params)
+                        for statement in rows.promotion(sink, self.checkpoint.replays is not None):
+                            rows.cur.execute(statement, params)
                     except psycopg2.Error as refused:
                         return sink.name, refused
             finally:

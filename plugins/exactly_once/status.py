@@ -37,6 +37,13 @@ class CheckpointSummary:
     until_precommit: timedelta | None  # created → pre-committed: planning, Spark, staging writes
     until_commit: timedelta | None     # pre-committed (or created) → committed
     attempts: int
+    replays: int | None = None         # a reprocessing: the checkpoint it replays
+    config_version: str | None = None  # of its latest attempt
+
+    @property
+    def what(self) -> str:
+        """Its state, and what it replays."""
+        return self.state if self.replays is None else f"{self.state}, reprocesses {self.replays}"
 
 
 @dataclass(frozen=True)
@@ -128,8 +135,9 @@ def _checkpoints(conn, pipeline: str, open_only: bool, limit: int | None) -> tup
         cur.execute(Q["checkpoints"], {"pipeline": pipeline, "open_only": open_only, "limit": limit})
         rows = cur.fetchall()
     return tuple(CheckpointSummary(cp, run, start, end, state, records, tuple(OffsetRange(*r) for r in ranges),
-                                   until_precommit, until_commit, attempts)
-                 for cp, run, start, end, state, records, ranges, until_precommit, until_commit, attempts in rows)
+                                   until_precommit, until_commit, attempts, replays, version)
+                 for cp, run, start, end, state, records, ranges, until_precommit, until_commit, attempts, replays,
+                 version in rows)
 
 
 def holders(conn, kafka: KafkaOffsets, pipeline: str, topics: list[str], interval_start: datetime,
@@ -171,9 +179,11 @@ def describe_ranges(ranges: tuple[OffsetRange, ...]) -> str:
 
 
 def render_checkpoints(checkpoints: tuple[CheckpointSummary, ...]) -> str:
-    return table(["id", "interval", "ranges", "records", "state", "attempts", "to pre-commit", "to commit"],
+    return table(["id", "interval", "ranges", "records", "state", "attempts", "config", "to pre-commit",
+                  "to commit"],
                  [[c.id, f"{_when(c.interval_start)} → {_when(c.interval_end)}", describe_ranges(c.ranges),
-                   c.records or 0, c.state, c.attempts, duration(c.until_precommit), duration(c.until_commit)]
+                   c.records or 0, c.what, c.attempts, c.config_version or "", duration(c.until_precommit),
+                   duration(c.until_commit)]
                   for c in checkpoints])
 
 

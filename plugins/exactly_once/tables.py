@@ -1,10 +1,11 @@
-"""Where a pipeline's rows live: each sink's final table, its staging table, and the
-dead letters' staging table. The one place staging names are made.
+"""Where a pipeline's rows live: each sink's final table, its staging table, the dead
+letters' staging table, and the contributions an upsert or aggregate sink keeps per
+checkpoint (what a reprocessing recomputes from). The one place these names are made.
 
-A staging name is `stg_<pipeline>_<sink>` when that (and its index name) fits
-PostgreSQL's 63-byte identifiers; a longer one is cut and suffixed with a hash of
-the whole, so two sinks never share a staging table (PostgreSQL would otherwise
-truncate both names to the same one, and `CREATE … IF NOT EXISTS` would reuse it).
+A ledger table's name is `stg_<pipeline>_<sink>` (`ctb_` for contributions) when that
+(and its index names) fits PostgreSQL's 63-byte identifiers; a longer one is cut and
+suffixed with a hash of the whole, so two sinks never share a table (PostgreSQL would
+otherwise truncate both names to the same one, and `CREATE … IF NOT EXISTS` would reuse it).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ def final_table(sink: Sink) -> sql.Identifier:
     return sql.Identifier(*sink.schema_and_table)
 
 
-def staging_name(pipeline: str, sink: str) -> str:
-    """The staging table's name (in LEDGER_SCHEMA) of a sink; at most 63 bytes with its index suffix."""
-    name = f"stg_{pipeline}_{sink}"
+def staging_name(pipeline: str, sink: str, prefix: str = "stg") -> str:
+    """The staging (or contributions) table's name in LEDGER_SCHEMA of a sink; at most 63
+    bytes with its index suffix."""
+    name = f"{prefix}_{pipeline}_{sink}"
     room = IDENTIFIER_LIMIT - len(_INDEX_SUFFIX)
     if len(name) <= room:
         return name
@@ -47,6 +49,18 @@ def staging_table(config: PipelineConfig, name: str) -> sql.Identifier:
 
 def staging_index(config: PipelineConfig, sink: Sink) -> sql.Identifier:
     return sql.Identifier(staging_name(config.name, sink.name) + _INDEX_SUFFIX)
+
+
+def contributions_table(config: PipelineConfig, sink: Sink) -> sql.Identifier:
+    """Per checkpoint, what it contributed to an upsert or aggregate sink: the newest row per
+    key, or per group the folded measures."""
+    return sql.Identifier(LEDGER_SCHEMA, staging_name(config.name, sink.name, "ctb"))
+
+
+def contributions_indexes(config: PipelineConfig, sink: Sink) -> tuple[sql.Identifier, sql.Identifier]:
+    """The indexes of a contributions table: by checkpoint, and by the sink's keys."""
+    name = staging_name(config.name, sink.name, "ctb")
+    return sql.Identifier(name + _INDEX_SUFFIX), sql.Identifier(name + "_keys")
 
 
 def staging_tables(config: PipelineConfig) -> dict[str, sql.Identifier]:

@@ -16,7 +16,7 @@ from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 
-from exactly_once import faults, preflight
+from exactly_once import faults, preflight, replays
 from exactly_once.checkpoints import Begun, Outcome, State
 from exactly_once.config import PipelineConfig
 from exactly_once.errors import AttemptFailed, Fenced, NotRunnable, PipelineError, Stalled
@@ -25,6 +25,7 @@ from exactly_once.migrate import migrate
 from exactly_once.planning import Reach
 from exactly_once.protocol import Ledger
 from exactly_once.status import describe_ranges, holders
+from exactly_once.versions import config_version
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,12 @@ JOB = str(Path(__file__).resolve().parents[2] / "jobs" / "increment.py")  # the 
 
 
 def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
-                     end: datetime | None, reach: Reach = Reach.BACKLOG) -> Begun:
+                     end: datetime | None, reach: Reach = Reach.BACKLOG, reprocess: bool = False) -> Begun:
     """Migrates the ledger, refuses to go on while another checkpoint is stalled (promise 9:
     that comes first), runs the preflight, recovers, and begins (or finds again) the run's
     checkpoint; says in the log what it planned or, for an empty interval, who holds its
-    records."""
+    records. With `reprocess`, a run whose checkpoint is committed begins a reprocessing of
+    it (promise 10) instead of changing nothing."""
     with closing(ledger.connect()) as conn:
         migrate(conn)
     ledger.refuse_if_stalled(run_id)
@@ -44,8 +46,10 @@ def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: da
     log.info("preflight: pipeline %r is ready%s", ledger.config.name,
              " (its transform imports: checked once for this configuration version)" if imported else "")
     begun = ledger.begin(run_id, start, end, kafka, reach)
-    checkpoint = begun.checkpoint
     log.info("recovery: %s", begun.recovery)
+    if reprocess and begun.checkpoint.state is State.COMMITTED and not begun.checkpoint.is_empty:
+        return reprocess_checkpoint(ledger, begun.checkpoint.id, run_id)
+    checkpoint = begun.checkpoint
     ranges = describe_ranges(checkpoint.ranges)
     if checkpoint.is_empty:
         log.info("checkpoint %s: nothing to read (%s); no Spark job", checkpoint.id, ranges)
@@ -56,6 +60,20 @@ def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: da
     else:
         log.info("checkpoint %s (%s): %s; %s", checkpoint.id, "new" if begun.new else "begun before", ranges,
                  REACHES[reach])
+    return begun
+
+
+def reprocess_checkpoint(ledger: Ledger, checkpoint_id: int, requested_by: str) -> Begun:
+    """Begins (or finds open) a reprocessing of a committed checkpoint, with the ledger's
+    configuration; says which configuration produced its current rows and which will replace them."""
+    begun = replays.reprocess(ledger, checkpoint_id, requested_by)
+    reprocessing = begun.checkpoint
+    holder, version = replays.latest_processing(ledger, reprocessing.replays)
+    log.info("checkpoint %s (%s) reprocesses committed checkpoint %s (%s) with configuration version %s; its "
+             "rows are checkpoint %s's, of configuration version %s, and its commit replaces them in every sink",
+             reprocessing.id, "new" if begun.new else f"begun before, {reprocessing.state.value}",
+             reprocessing.replays, describe_ranges(reprocessing.ranges), config_version(ledger.config), holder,
+             version or "unrecorded")
     return begun
 
 

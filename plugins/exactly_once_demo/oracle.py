@@ -63,21 +63,31 @@ def _behind(consumer: Consumer, topic: str, ends: dict[int, int], start: dict[in
 _FITS = {"order_id": (str,), "sku": (str,), "qty": (int,), "price": (int, float), "ts": (str,)}
 
 
-def order_row(record) -> dict | None:
-    """The demo's parse and transform in Python, for the oracle (tests/oracle.py): the row
-    a record (`.value`, the value's bytes) becomes, or None for a record that is no order
-    (a dead letter): every field of the value schema is required and must fit its type,
-    and no text may hold a NUL (PostgreSQL text cannot); `prepare` adds the minute (ts
-    truncated to the minute) and revenue (qty * price)."""
+def parsed_order(record) -> dict | None:
+    """The demo's parse in Python: the order a record (`.value`, the value's bytes) holds,
+    or None when it is no order (a dead letter whatever the transform): every field of the
+    value schema is required and must fit its type."""
     try:
         v = json.loads(record.value)
         if not all(type(v[f]) in types for f, types in _FITS.items()):
             return None
-        if any("\x00" in v[f] for f in _FITS if isinstance(v[f], str)):
-            return None
-        row = {"order_id": v["order_id"], "sku": v["sku"], "qty": v["qty"], "price": Decimal(str(v["price"])),
-               "ts": datetime.fromisoformat(v["ts"].replace("Z", "+00:00"))}
-    except (ValueError, KeyError, TypeError):
+        return {"order_id": v["order_id"], "sku": v["sku"], "qty": v["qty"], "price": Decimal(str(v["price"])),
+                "ts": datetime.fromisoformat(v["ts"].replace("Z", "+00:00"))}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def has_nul(order: dict) -> bool:
+    """Whether a text of the order holds a NUL: its rows are refused (PostgreSQL text cannot hold one)."""
+    return any("\x00" in value for value in order.values() if isinstance(value, str))
+
+
+def order_row(record) -> dict | None:
+    """The demo's parse and transform in Python, for the oracle (tests/oracle.py): the row
+    a record becomes, or None for a dead letter (no order, or a NUL in its text); `prepare`
+    adds the minute (ts truncated to the minute) and revenue (qty * price)."""
+    row = parsed_order(record)
+    if row is None or has_nul(row):
         return None
     return {**row, "minute": row["ts"].replace(second=0, microsecond=0), "revenue": row["qty"] * row["price"]}
 
@@ -93,4 +103,27 @@ def checkpoints(db_url: str, pipeline: str = "orders") -> list[tuple]:
     with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
         cur.execute("SELECT id, dag_run_id, state::text, records FROM exactly_once.checkpoints "
                     "WHERE pipeline = %s ORDER BY id", (pipeline,))
+        return cur.fetchall()
+
+
+def reprocessings(db_url: str, pipeline: str = "orders") -> list[tuple]:
+    """(checkpoint replayed, its DAG run, state, configuration version of the reprocessing's
+    committed attempt, that of the replayed checkpoint's) of each reprocessing."""
+    with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT k.replays, r.dag_run_id, k.state::text, a.config_version, o.config_version "
+                    "FROM exactly_once.checkpoints k JOIN exactly_once.checkpoints r ON r.id = k.replays "
+                    "LEFT JOIN exactly_once.attempts a "
+                    "ON a.checkpoint_id = k.id AND a.attempt = k.precommitted_attempt "
+                    "LEFT JOIN exactly_once.attempts o "
+                    "ON o.checkpoint_id = r.id AND o.attempt = r.precommitted_attempt "
+                    "WHERE k.pipeline = %s ORDER BY k.id", (pipeline,))
+        return cur.fetchall()
+
+
+def reprocessed_ranges(db_url: str, pipeline: str = "orders") -> list[tuple[str, int, int, int]]:
+    """(topic, partition, from, to) of every checkpoint a reprocessing committed."""
+    with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT r.topic, r.partition, r.from_offset, r.to_offset FROM exactly_once.checkpoint_ranges r "
+                    "WHERE r.checkpoint_id IN (SELECT replays FROM exactly_once.checkpoints "
+                    "WHERE pipeline = %s AND state = 'committed' AND replays IS NOT NULL)", (pipeline,))
         return cur.fetchall()

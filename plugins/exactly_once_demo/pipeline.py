@@ -34,3 +34,13 @@ def prepare(rows):
     from pyspark.sql import functions as F
 
     return rows.withColumns({"minute": F.date_trunc("minute", "ts"), "revenue": F.col("qty") * F.col("price")})
+
+
+def prepare_with_returns(rows):
+    """A later version of `prepare`, to show reprocessing (README, "Reprocess a committed
+    interval"): orders of a single item are returns and left out, revenue is net of a 1.00
+    fee per item, and the totals are per hour (the aggregate's "minute" key becomes the hour)."""
+    from pyspark.sql import functions as F
+
+    return rows.where(F.col("qty") > 1).withColumns({
+        "minute": F.date_trunc("hour", "ts"), "revenue": F.col("qty") * (F.col("price") - F.lit(1))})

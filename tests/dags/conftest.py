@@ -9,7 +9,9 @@ import psycopg2
 import pytest
 from confluent_kafka.admin import AdminClient
 from playwright.sync_api import sync_playwright
+from psycopg2 import sql
 
+from exactly_once.tables import contributions_table
 from exactly_once_demo.pipeline import CONFIG, TOPIC
 from exactly_once_demo.prepare import create_tables
 
@@ -35,6 +37,8 @@ def fresh_demo(ledger_db, kafka_servers):
                     "(SELECT id FROM exactly_once.checkpoints WHERE pipeline = %s)", (CONFIG.name,))
         for table in ("checkpoints", "partitions"):
             cur.execute(f"DELETE FROM exactly_once.{table} WHERE pipeline = %s", (CONFIG.name,))
+        for sink in CONFIG.sinks:  # the contributions of checkpoints gone (a reprocessing recomputes from them)
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(contributions_table(CONFIG, sink)))
     with closing(psycopg2.connect(ledger_db)) as conn:
         create_tables(conn)
     return ledger_db

@@ -1,8 +1,9 @@
 """Backfill and clear-task from the Airflow UI, as a person does them, in Debian's chromium
 driven by Playwright (no browser download): a backfill over three past intervals started
-from the DAG's Trigger dialog, a failed commit task cleared from its task page, and the
-same backfill again with "All Runs" (reprocess completed runs) — each checked against the
-oracle. Screenshots of every step go to .local/artifacts/ui/.
+from the DAG's Trigger dialog, a failed commit task cleared from its task page, the
+same backfill again with "All Runs" (reprocess completed runs: nothing changes), and once
+more, with a later transform deployed, with the DAG's `reprocess` parameter (the runs'
+checkpoints replayed with it) — each checked against the oracle. Screenshots of every step go to .local/artifacts/ui/.
 
 The DAG is the demo pipeline on 1-minute intervals (tests/dags/window.py): the dialog's
 time fields have minute precision.
@@ -11,12 +12,14 @@ time fields have minute precision.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from exactly_once_demo.oracle import attempts, checkpoints
+from exactly_once.planning import OffsetRange
+from exactly_once_demo.oracle import attempts, checkpoints, reprocessed_ranges, reprocessings
 from exactly_once_demo.produce import produce
 from exactly_once_stack import airflow
 from exactly_once_stack.settings import ROOT, environment, passwords
@@ -46,9 +49,12 @@ class Ui:
         self.page.get_by_role("button", name="Sign in").click()
         self.page.wait_for_url(lambda url: "/auth/login" not in url)
 
-    def backfill(self, start: datetime, last: datetime, reprocess: str, shot: str) -> None:
+    def backfill(self, start: datetime, last: datetime, reprocess: str, shot: str, reprocess_param: bool = False
+                 ) -> None:
         """Trigger → Backfill, the date range (minutes, UTC), `reprocess` (a label of the
-        dialog), three runs at a time; the DAG stays paused (the test unpauses it after)."""
+        dialog), three runs at a time; the DAG stays paused (the test unpauses it after).
+        `reprocess_param`: the DAG's `reprocess` parameter on, under Run Parameters, and
+        "Override parameters on existing runs" (else a reused run keeps its conf)."""
         self.page.goto(f"{self.base}/dags/{self.dag_id}")
         self.page.get_by_role("button", name="Trigger").first.click()
         dialog = self.page.get_by_role("dialog")
@@ -66,6 +72,14 @@ class Ui:
             dialog.get_by_text(re.compile("on trigger$")).click()  # the label: the box itself is covered
             expect(unpause).not_to_be_checked()
         expect(dialog.get_by_text("3 runs will be triggered.")).to_be_visible()
+        if reprocess_param:
+            dialog.get_by_text("Override parameters on existing runs").click()
+            dialog.get_by_role("button", name="Run Parameters").click()
+            switch = dialog.locator("[id='switch:element_reprocess']")  # the switch's label
+            switch.click()
+            expect(dialog.locator("input[name=element_reprocess]")).to_be_checked()
+            switch.scroll_into_view_if_needed()
+            self.page.wait_for_timeout(1000)  # the accordion's opening animation, for the screenshot
         self.shot(shot)
         dialog.get_by_role("button", name="Run Backfill").click()
         expect(dialog).to_be_hidden()
@@ -89,12 +103,12 @@ class Ui:
 def ui_window(tmp_path, stack_env):
     start = next_boundary(INTERVAL, lead=timedelta(seconds=20))
     last = start + 2 * INTERVAL
-    with window_dag(tmp_path, INTERVAL, start, last, commit_retries=0) as api:
-        yield api, start, last, tmp_path
+    with window_dag(tmp_path, INTERVAL, start, last, commit_retries=0) as (api, dag):
+        yield api, dag, start, last, tmp_path
 
 
 def test_backfill_and_clear_from_the_ui_count_every_record_once(fresh_demo, kafka_servers, ui_window, page):
-    api, start, last, dags_folder = ui_window
+    api, dag, start, last, dags_folder = ui_window
     ui = Ui(page, api.dag_id)
     for i in range(3):  # one batch inside each of the three intervals
         wait_until(start + i * INTERVAL + timedelta(seconds=2))
@@ -142,3 +156,16 @@ def test_backfill_and_clear_from_the_ui_count_every_record_once(fresh_demo, kafk
     assert rows(fresh_demo) == after_clear
     assert attempts(fresh_demo) == spark_attempts
     assert checkpoints(fresh_demo) == ledger
+
+    # A later transform deployed, the same backfill with the `reprocess` parameter: the runs'
+    # checkpoints are replayed with it, and their rows replaced.
+    replace(dag, transform="exactly_once_demo.pipeline:prepare_with_returns").write(dags_folder)
+    previous = api.latest_backfill()
+    ui.backfill(start, last, "All Runs", "09-reprocess-parameter-dialog", reprocess_param=True)
+    fixed = api.wait("the reprocessing backfill", lambda: api.latest_backfill() > previous and api.latest_backfill())
+    runs = api.finished_runs(fixed, start, last)
+    assert sorted(r["state"] for r in runs) == ["success"] * 3, runs
+    assert sorted(run_id for _, run_id, state, *_ in reprocessings(fresh_demo) if state == "committed") == sorted(
+        r["dag_run_id"] for r in runs)
+    assert_tables_equal_the_oracle(fresh_demo, kafka_servers,
+                                   reprocessed=[OffsetRange(*r) for r in reprocessed_ranges(fresh_demo)])

@@ -32,7 +32,7 @@ from exactly_once_demo.pipeline import config
 @dag(dag_id="{dag_id}", schedule={schedule}, start_date=datetime.fromisoformat("{start}"), end_date={end},
      catchup=False, is_paused_upon_creation=True, max_active_runs={max_active_runs})
 def window():
-    checkpoint_tasks(config(*{pipeline!r}), commit_retries={commit_retries})
+    checkpoint_tasks(config(*{pipeline!r}, **{options!r}), commit_retries={commit_retries})
 
 
 window()
@@ -71,13 +71,13 @@ class Api:
         return "\n".join(json.dumps(line, ensure_ascii=False) for line in log["content"])
 
     def backfill(self, start: datetime, last: datetime, reprocess: str = "none", max_active_runs: int = 3,
-                 run_backwards: bool = False) -> int:
+                 run_backwards: bool = False, conf: dict | None = None) -> int:
         """Creates a backfill of the logical dates [start, last], `max_active_runs` runs at a time
-        (the latest first when `run_backwards`); its id."""
+        (the latest first when `run_backwards`), with the runs' `conf`; its id."""
         return self.call("POST", "/backfills", json={
             "dag_id": self.dag_id, "from_date": start.isoformat(), "to_date": last.isoformat(),
             "max_active_runs": max_active_runs, "reprocess_behavior": reprocess,
-            "run_backwards": run_backwards})["id"]
+            "run_backwards": run_backwards, "dag_run_conf": conf or {}})["id"]
 
     def latest_backfill(self) -> int:
         return max(b["id"] for b in self.call("GET", "/backfills", params={"dag_id": self.dag_id})["backfills"])
@@ -112,6 +112,7 @@ class WindowDag:
     pipeline: tuple[str, ...] = ()   # exactly_once_demo's config(*pipeline): the demo itself, or (name, topic, schema)
     commit_retries: int = 4
     max_active_runs: int = 3
+    transform: str | None = None     # another transform than the demo's
 
     def write(self, folder: Path) -> None:
         timed = self.interval is not None
@@ -120,7 +121,8 @@ class WindowDag:
             schedule=f"DeltaDataIntervalTimetable(timedelta(seconds={int(self.interval.total_seconds())}))"
             if timed else "None",
             end=f'datetime.fromisoformat("{self.last.isoformat()}")' if timed else "None",
-            commit_retries=self.commit_retries, max_active_runs=self.max_active_runs))
+            commit_retries=self.commit_retries, max_active_runs=self.max_active_runs,
+            options={"transform": self.transform} if self.transform else {}))
 
 
 @contextmanager
@@ -143,13 +145,13 @@ def services(folder: Path, dags: list[WindowDag], **service_env: str) -> Iterato
 
 @contextmanager
 def window(folder: Path, interval: timedelta, start: datetime, last: datetime, commit_retries: int = 4,
-           **service_env: str) -> Iterator[Api]:
+           **service_env: str) -> Iterator[tuple[Api, WindowDag]]:
     """The demo's window DAG (logical dates start..last) in `folder`, the Airflow services
     reading it, and the API, once the DAG is parsed."""
-    dag_id = f"orders_window_{uuid.uuid4().hex[:8]}"  # no runs left from an earlier test's window
-    with services(folder, [WindowDag(dag_id, start, interval, last, commit_retries=commit_retries)],
-                  **service_env) as apis:
-        yield apis[dag_id]
+    dag = WindowDag(f"orders_window_{uuid.uuid4().hex[:8]}", start, interval, last,  # no runs of an earlier test's
+                    commit_retries=commit_retries)
+    with services(folder, [dag], **service_env) as apis:
+        yield apis[dag.dag_id], dag
 
 
 def wait_until(moment: datetime) -> None:

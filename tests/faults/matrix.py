@@ -1,6 +1,6 @@
 """The fault matrix: every scenario × seed against the real local services, as a table.
 
-    ./dev faults                      every scenario, seed 1 (what CI runs, through pytest)
+    ./dev faults                      every scenario, seed 1 (CI runs a slice: tests/faults)
     ./dev faults --seeds 1 2 3        more seeds
     ./dev faults --scenarios a i k    some scenarios
 

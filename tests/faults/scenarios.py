@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from datetime import datetime, timedelta, timezone
 
 from confluent_kafka import TopicPartition
@@ -182,15 +183,18 @@ def runs_planning_at_once(world: World) -> Findings:
     return found
 
 
-def zombie_attempt(world: World) -> Findings:
+def zombie_attempt(world: World, reprocess: bool = False) -> Findings:
     """i. Attempt 1's Spark driver paused (SIGSTOP) before it writes; its task is given up
     for dead and retried: attempt 2 pre-commits and commits; then attempt 1 resumes
-    (SIGCONT), writes staging late and is fenced: the final tables do not change."""
+    (SIGCONT), writes staging late and is fenced: the final tables do not change.
+    With `reprocess`, all of this on a reprocessing of the run's committed checkpoint."""
     found = Findings()
     world.produce(ORDERS)
     run = Run("zombie")
-    begun = world.task("begin", ["--run-id", run.run_id, "--interval-end", datetime.now(timezone.utc).isoformat()],
-                       run, 1)
+    if reprocess:
+        found.expect(world.run(run_id=run.run_id).state == "success", "the run to reprocess failed")
+    begun = world.task("begin", ["--run-id", run.run_id, "--interval-end", datetime.now(timezone.utc).isoformat(),
+                                 *(["--reprocess"] if reprocess else [])], run, 1)
     run.checkpoint = begun.result["checkpoint"]
     checkpoint = ["--checkpoint-id", str(run.checkpoint)]
     zombie, log = world.start("increment", checkpoint, run, 1, "increment.before_write=sleep:5")
@@ -220,6 +224,55 @@ def zombie_attempt(world: World) -> Findings:
     left = _staged_rows(world, run.checkpoint, 1)
     found.expect(left == 0, f"the next run's recovery left {left} of {late} late staging rows of attempt 1 "
                             f"of checkpoint {run.checkpoint}")
+    return found
+
+
+def _reprocessing_of(world: World, run: Run) -> tuple[int, dict]:
+    """(checkpoint it replays, rows it replaced per sink) of a reprocessing run's checkpoint."""
+    [(replays, replaced)] = world.query("SELECT replays, replaced FROM exactly_once.checkpoints WHERE id = %s",
+                                        run.checkpoint)
+    return replays, replaced or {}
+
+
+def _expect_same_rows_replaced(found: Findings, world: World, run: Run, replays: int) -> None:
+    """A reprocessing with the configuration it replays puts in what it took back."""
+    replayed, replaced = _reprocessing_of(world, run)
+    found.expect(replayed == replays, f"checkpoint {run.checkpoint} replays {replayed}, not {replays}")
+    found.expect(bool(replaced) and all(r["old"] == r["new"] for r in replaced.values()),
+                 f"a reprocessing with the same configuration replaced {replaced}")
+
+
+def reprocess_crash_after_pre_commit(world: World) -> Findings:
+    """m. A reprocessing's increment task dies after its attempt pre-committed: the retry
+    runs nothing, commit replaces the checkpoint's rows once."""
+    found = Findings()
+    world.produce(ORDERS)
+    first = world.run()
+    run = world.run(run_id=first.run_id, reprocess=True, faults={("increment", 1): "increment_task.after_job=exit"})
+    found.expect(run.state == "success" and run.tries_of("increment")[-1].result == {"attempt": None},
+                 f"run {run.state}; the retry: {run.tries_of('increment')[-1].result}")
+    _expect_attempts(found, world, run.checkpoint, ["committed"])
+    _expect_same_rows_replaced(found, world, run, first.checkpoint)
+    return found
+
+
+def reprocess_races_a_run(world: World) -> Findings:
+    """n. A reprocessing and a scheduled run of new records run side by side, the
+    reprocessing's commit holding its transaction open for 8 s (a reprocessing commits
+    alone, a scheduled commit beside it waits): both commit."""
+    found = Findings()
+    world.produce(ORDERS)
+    first = world.run()
+    world.produce(ORDERS)
+    runs: dict[str, Run] = {}
+    reprocessing = threading.Thread(target=lambda: runs.__setitem__("reprocess", world.run(
+        run_id=first.run_id, reprocess=True, faults={("commit", 1): "commit.before_commit=sleep:8"})))
+    reprocessing.start()
+    runs["scheduled"] = world.run()
+    reprocessing.join()
+    found.expect(all(r.state == "success" for r in runs.values()) and not runs["scheduled"].empty,
+                 f"both runs should commit: { {i: (r.state, r.empty) for i, r in runs.items()} }")
+    _expect_same_rows_replaced(found, world, runs["reprocess"], first.checkpoint)
     return found
 
 
@@ -296,6 +349,9 @@ SCENARIOS: dict[str, tuple[str, Callable[[World], Findings], dict]] = {
     "j": ("increment retries exhausted", retries_exhausted_taken_over, {"lease": timedelta(seconds=20)}),
     "k": ("retention deleted offsets", retention_deleted_unprocessed, {}),
     "l": ("commit retries exhausted", commit_retries_exhausted, {}),
+    "m": ("reprocess: crash after pre-commit", reprocess_crash_after_pre_commit, {}),
+    "n": ("reprocess racing a scheduled run", reprocess_races_a_run, {}),
+    "o": ("reprocess: zombie attempt", partial(zombie_attempt, reprocess=True), {}),
 }
 
 

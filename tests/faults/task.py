@@ -1,7 +1,7 @@
 """One try of one task of a pipeline run, as a process of its own (as an Airflow
 worker runs it), doing exactly the work of the DAG's task (`exactly_once.tasks`):
 
-    python -m tests.faults.task begin --pipeline P --run-id R --interval-end ISO
+    python -m tests.faults.task begin --pipeline P --run-id R --interval-end ISO [--reprocess]
     python -m tests.faults.task increment --pipeline P --checkpoint-id N
     python -m tests.faults.task commit --pipeline P --checkpoint-id N --try T
 
@@ -49,6 +49,7 @@ def main() -> int:
     parser.add_argument("--interval-end", type=datetime.fromisoformat)
     parser.add_argument("--checkpoint-id", type=int)
     parser.add_argument("--try", dest="try_number", type=int, default=1)
+    parser.add_argument("--reprocess", action="store_true", help="the run's `reprocess` parameter")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> dict:
     ledger = Ledger.of_registered(args.pipeline, lambda: psycopg2.connect(settings.db_url))
     if args.task == "begin":
         with KafkaOffsets(settings.kafka) as kafka:
-            begun = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end)
+            begun = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end, reprocess=args.reprocess)
         return {"checkpoint": begun.checkpoint.id, "state": begun.checkpoint.state.value,
                 "empty": after_begin(begun) is TaskOutcome.SKIP}
     if args.task == "increment":

@@ -1,18 +1,27 @@
-"""Exactly once through crashes, zombies and restarts: every scenario of the fault matrix
-once (seed 1) against real Kafka, Spark and PostgreSQL, each ending on the oracle (0 lost,
-0 duplicated, 0 wrong) and the ledger's invariants. More seeds: ./dev faults --seeds 1 2 3."""
+"""Exactly once through crashes, zombies and restarts: a slice of the fault matrix once
+(seed 1) against real Kafka, Spark and PostgreSQL, each ending on the oracle (0 lost,
+0 duplicated, 0 wrong) and the ledger's invariants. Every scenario: ./dev faults; more
+seeds: ./dev faults --seeds 1 2 3.
+
+The slice keeps a scenario of each kind that only real processes show — a Spark process
+killed, PostgreSQL and Kafka restarted under a job, a zombie driver, retention — and two
+of the reprocessing ones. The others have counterparts: b, c, d, e, h, j, l among the
+protocol's own tests (tests/plugins/test_protocol.py: a failed or crashed attempt, a
+killed commit connection, commit twice, racing planners, a lease taken over, recovery
+committing what is pre-committed), o (a zombie reprocessing) in i, whose fencing a
+reprocessing shares."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.faults.matrix import render, run_row
-from tests.faults.scenarios import SCENARIOS
 
 ROWS = []  # the matrix, printed at the end of the session (tests/faults/conftest.py)
+SLICE = ["a", "f1", "g", "i", "k", "m", "n"]
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("scenario", SLICE)
 def test_every_record_counts_once_after_the_fault(scenario, kafka_servers, ledger_db):
     row = run_row(scenario, 1, kafka_servers, ledger_db)
     ROWS.append(row)

@@ -129,9 +129,9 @@ class World:
     def run(self, faults: dict[tuple[str, int], str] | None = None,
             when: dict[tuple[str, int], tuple[str, Callable[[Run], None]]] | None = None,
             retries: dict[str, int] | None = None, run_id: str | None = None,
-            interval_end: datetime | None = None) -> Run:
+            interval_end: datetime | None = None, reprocess: bool = False) -> Run:
         """A pipeline run: begin, then increment and commit with retries, as the DAG does
-        (a try whose outcome is FAIL is not retried).
+        (a try whose outcome is FAIL is not retried); with `reprocess`, the run's parameter.
         `faults[(task, try)]` is EXACTLY_ONCE_FAULTS for that try (try ALL_TRIES: every try);
         `when[(task, try)] = (fault point, action)`: the action runs once the try reaches the point."""
         faults, when = faults or {}, when or {}
@@ -139,7 +139,8 @@ class World:
         self._runs += 1
         run = Run(run_id or f"run{self._runs}")
         end = (interval_end or datetime.now(timezone.utc)).isoformat()
-        steps = [("begin", ["--run-id", run.run_id, "--interval-end", end]), ("increment", None), ("commit", None)]
+        begin = ["--run-id", run.run_id, "--interval-end", end, *(["--reprocess"] if reprocess else [])]
+        steps = [("begin", begin), ("increment", None), ("commit", None)]
         for task, arguments in steps:
             for number in range(1, retries[task] + 2):
                 fault = faults.get((task, number)) or faults.get((task, ALL_TRIES))

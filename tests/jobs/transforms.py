@@ -8,6 +8,11 @@ def measures(rows: DataFrame) -> DataFrame:
     return rows.withColumns({"total": F.col("n"), "smallest": F.col("n"), "largest": F.col("n")})
 
 
+def measures_v2(rows: DataFrame) -> DataFrame:
+    """A fixed `measures` (tests/plugins/test_reprocess.py): a new configuration version."""
+    return measures(rows)
+
+
 def refuses_one_order(rows: DataFrame) -> DataFrame:
     """The poison pipeline's transform: a Python UDF that raises on the order with id
     'raises' (a transform failing on one record), and the aggregate's `quantity`."""

@@ -102,6 +102,7 @@ class Driver:
 
     def __init__(self, ledger: Ledger, servers: str, db_url: str):
         self.ledger, self.servers, self.db_url = ledger, servers, db_url
+        self.row_of = row_of  # the transform it plays, in Python
 
     def execute(self, arguments: list[str]) -> None:
         """Runs as the job does, from the job's command-line arguments (tasks.job_arguments)."""
@@ -140,7 +141,7 @@ class Driver:
         """Stages what the oracle says the records make, as the job would (the final
         tables' columns per sink, the bad records as dead letters)."""
         config = self.ledger.config
-        expected = oracle.expected(config, records, row_of)
+        expected = oracle.expected(config, records, self.row_of)
         tag = (checkpoint_id, attempt)
         staged = {}
         with closing(psycopg2.connect(self.db_url)) as conn, conn, conn.cursor() as cur:

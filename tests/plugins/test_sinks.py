@@ -6,9 +6,14 @@ import pytest
 from psycopg2 import sql
 
 from exactly_once.config import ConfigError, Sink, load_config
-from exactly_once.sinks import mode_of
+from exactly_once.sinks import SinkTables, mode_of
 
 STAGING = sql.Identifier("exactly_once", "stg_p_events")
+CONTRIBUTIONS = sql.Identifier("exactly_once", "ctb_p_events")
+
+
+def tables(sink: Sink, columns: list[str]) -> SinkTables:
+    return SinkTables(sql.Identifier(*sink.schema_and_table), STAGING, CONTRIBUTIONS, columns)
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +46,14 @@ def test_each_mode_checks_its_keys_and_measures(sink, message):
 
 def test_append_quotes_table_and_columns(cursor):
     sink = Sink(name="events", table="Odd.Table", mode="append")
-    text = sink.strategy.promote(sink, STAGING, ["select", "kafka_offset"]).as_string(cursor)
+    text = sink.strategy.promote(sink, tables(sink, ["select", "kafka_offset"])).as_string(cursor)
     assert 'INSERT INTO "Odd"."Table" ("select", "kafka_offset")' in text
     assert 'FROM "exactly_once"."stg_p_events"' in text
 
 
 def test_upsert_updates_only_non_key_columns_and_only_from_higher_offsets(cursor):
     sink = Sink(name="last", table="s.t", mode="upsert", keys=("k",))
-    text = sink.strategy.promote(sink, STAGING, ["k", "v", "kafka_partition", "kafka_offset"]).as_string(cursor)
+    text = sink.strategy.promote(sink, tables(sink, ["k", "v", "kafka_partition", "kafka_offset"])).as_string(cursor)
     assert 'ON CONFLICT ("k") DO UPDATE SET "v" = EXCLUDED."v", "kafka_partition"' in text
     assert '"k" = EXCLUDED."k"' not in text
     assert "WHERE (f.kafka_offset, f.kafka_partition) < (EXCLUDED.kafka_offset, EXCLUDED.kafka_partition)" in text
@@ -57,7 +62,24 @@ def test_upsert_updates_only_non_key_columns_and_only_from_higher_offsets(cursor
 def test_aggregate_merges_each_measure_by_its_kind(cursor):
     sink = Sink(name="agg", table="s.t", mode="aggregate", keys=("k",),
                 measures={"c": "count", "s": "sum", "lo": "min", "hi": "max"})
-    text = sink.strategy.promote(sink, STAGING, []).as_string(cursor)
+    text = sink.strategy.promote(sink, tables(sink, ["k", "c", "s", "lo", "hi"])).as_string(cursor)
     assert 'SELECT "k", sum("c") AS "c", sum("s") AS "s", min("lo") AS "lo", max("hi") AS "hi"' in text
     assert '"c" = COALESCE(f."c" + EXCLUDED."c", f."c", EXCLUDED."c")' in text
     assert '"lo" = LEAST(f."lo", EXCLUDED."lo"), "hi" = GREATEST(f."hi", EXCLUDED."hi")' in text
+
+
+def test_a_reprocessing_recomputes_the_keys_it_touches_from_every_contribution_unconditionally(cursor):
+    sink = Sink(name="last", table="s.t", mode="upsert", keys=("k",))
+    forget, put = (s.as_string(cursor) for s in sink.strategy.replace(sink, tables(sink, ["k", "v", "kafka_partition",
+                                                                                         "kafka_offset"])))
+    assert 'DELETE FROM "exactly_once"."ctb_p_events" WHERE checkpoint_id = %(slot)s' in forget
+    assert 'FROM "exactly_once"."ctb_p_events"\nWHERE ("k") IN (SELECT "k" FROM affected_keys)' in put
+    assert put.rstrip().endswith('AND NOT EXISTS (SELECT FROM "exactly_once"."ctb_p_events" c WHERE c."k" = f."k")')
+    assert "(f.kafka_offset, f.kafka_partition) <" not in put  # the newest of all contributions, whatever is there
+
+
+def test_an_append_reprocessing_takes_back_the_rows_of_the_replayed_ranges(cursor):
+    sink = Sink(name="events", table="Odd.Table", mode="append")
+    forget, put = (s.as_string(cursor) for s in sink.strategy.replace(sink, tables(sink, ["kafka_offset"])))
+    assert 'DELETE FROM "Odd"."Table" f\nUSING exactly_once.checkpoint_ranges r' in forget
+    assert put == sink.strategy.promote(sink, tables(sink, ["kafka_offset"])).as_string(cursor)

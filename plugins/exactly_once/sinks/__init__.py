@@ -1,16 +1,21 @@
-"""Sink modes: how a sink's rows are staged and promoted. One module per mode, found by
-name (a sink's `mode` is the module's name here), each with a `MODE` object and its
-promote statement in sql/merge/<mode>.sql. A new mode is a new module and SQL file;
-nothing else changes.
+"""Sink modes: how a sink's rows are staged, promoted, and replaced when a checkpoint is
+reprocessed. One module per mode, found by name (a sink's `mode` is the module's name
+here), each with a `MODE` object and its statements in sql/merge/<mode>.sql. A new mode
+is a new module and SQL file; nothing else changes.
 
 Merges must be order-independent (checkpoints commit in any order) and a promoted
 checkpoint must never count twice: each mode's final table is unique on what its
 merge conflicts on, which registration checks against the catalog.
+
+Every statement takes %(checkpoint_id)s and %(attempt)s (the staged rows to promote)
+and %(slot)s (the checkpoint whose contribution they are: the checkpoint itself, or the
+one a reprocessing replays).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from psycopg2 import sql
@@ -24,9 +29,18 @@ if TYPE_CHECKING:
     from exactly_once.config import Sink
 
 
+@dataclass(frozen=True)
+class SinkTables:
+    """A sink's tables as its statements name them, and the final table's columns in table order."""
+
+    final: sql.Identifier
+    staging: sql.Identifier
+    contributions: sql.Identifier
+    columns: Sequence[str]
+
+
 class SinkMode(Protocol):
-    """One way of merging a checkpoint's rows into a final table. (Reprocessing will add
-    `replace`: the statement that takes a checkpoint's earlier contribution back.)"""
+    """One way of merging a checkpoint's rows into a final table, and of replacing them."""
 
     def check(self, sink: Sink) -> None:
         """Raises ValueError if the sink's keys and measures do not fit the mode."""
@@ -44,8 +58,18 @@ class SinkMode(Protocol):
     def staging_rows(self, rows: DataFrame, sink: Sink, columns: list[str]) -> DataFrame:
         """The sink's staging rows from the transformed records (Spark); `columns` are the final table's."""
 
-    def promote(self, sink: Sink, staging: sql.Identifier, columns: Sequence[str]) -> sql.Composed:
-        """INSERT … SELECT of %(checkpoint_id)s/%(attempt)s's staging rows into the final table."""
+    def contribution_columns(self, sink: Sink, columns: Sequence[str]) -> list[str] | None:
+        """What the mode keeps of each checkpoint's contribution besides the final table
+        (its contributions table's columns), or None when the final rows are it."""
+
+    def promote(self, sink: Sink, tables: SinkTables) -> sql.Composed:
+        """Merges the staged rows into the final table (and keeps them as the slot's contribution)."""
+
+    def replace(self, sink: Sink, tables: SinkTables) -> tuple[sql.Composed, sql.Composed]:
+        """(forget, put) of a reprocessing's commit: `forget` takes the slot's contribution
+        back (its row count is the rows taken back); `put` merges the staged rows as the
+        slot's new contribution, so that each key or group is what every checkpoint's
+        latest contribution makes it."""
 
 
 _REGISTRY = Registry(__name__, "MODE", "sink mode")

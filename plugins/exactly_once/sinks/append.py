@@ -1,4 +1,6 @@
-"""append: one final row per Kafka record, unique on the record's coordinates."""
+"""append: one final row per Kafka record, unique on the record's coordinates. The final
+rows are each record's own, so a reprocessing finds a checkpoint's contribution by its
+ranges and keeps nothing besides."""
 
 from __future__ import annotations
 
@@ -6,8 +8,7 @@ from psycopg2 import sql
 
 from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from exactly_once.sinks import names, require_columns
-from exactly_once.sqlfiles import text
-from exactly_once.tables import final_table
+from exactly_once.sqlfiles import named
 
 COORDINATES = frozenset((KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET))
 
@@ -27,13 +28,19 @@ class Append:
     def record_columns(self, sink, columns) -> list[str]:
         return columns
 
+    def contribution_columns(self, sink, columns) -> None:
+        return None
+
     def staging_rows(self, rows, sink, columns):
         require_columns(rows, sink, columns)
         return rows.select(*columns)
 
-    def promote(self, sink, staging, columns) -> sql.Composed:
-        return sql.SQL(text("merge/append.sql")).format(final=final_table(sink), staging=staging,
-                                                        columns=names(columns))
+    def promote(self, sink, tables) -> sql.Composed:
+        return sql.SQL(named("merge/append.sql")["promote"]).format(
+            final=tables.final, staging=tables.staging, columns=names(tables.columns))
+
+    def replace(self, sink, tables) -> tuple[sql.Composed, sql.Composed]:
+        return sql.SQL(named("merge/append.sql")["forget"]).format(final=tables.final), self.promote(sink, tables)
 
 
 MODE = Append()

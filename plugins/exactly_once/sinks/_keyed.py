@@ -1,0 +1,49 @@
+"""What the keyed modes (upsert, aggregate) share: one final row per key, merged from each
+checkpoint's rows folded per key, and each checkpoint's folded rows kept as its
+contribution (sql/merge/keyed.sql), so a reprocessing recomputes exactly the keys it
+touches from every checkpoint's latest contribution."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psycopg2 import sql
+
+from exactly_once.sinks import SinkTables, each, names
+from exactly_once.sqlfiles import named
+
+STAGED = sql.SQL("checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s")
+
+
+class Keyed:
+    """A mode supplies `folded` (its fold of some rows per key) and `merge` (how a fold
+    merges into the final table)."""
+
+    def folded(self, sink, source: sql.Identifier, where: sql.Composable, columns: Sequence[str]) -> sql.Composed:
+        raise NotImplementedError
+
+    def merge(self, sink, tables: SinkTables, folded: sql.Composed) -> sql.Composed:
+        raise NotImplementedError
+
+    def unique_columns(self, sink) -> frozenset[str]:
+        return frozenset(sink.keys)
+
+    def promote(self, sink, tables: SinkTables) -> sql.Composed:
+        staged = self.folded(sink, tables.staging, STAGED, tables.columns)
+        return sql.SQL(";\n").join([self.merge(sink, tables, staged), self._statement("keep", sink, tables, staged)])
+
+    def replace(self, sink, tables: SinkTables) -> tuple[sql.Composed, sql.Composed]:
+        keys = names(sink.keys)
+        touched = sql.SQL("({keys}) IN (SELECT {keys} FROM affected_keys)").format(keys=keys)
+        put = sql.SQL(";\n").join([
+            self._statement("keep", sink, tables, self.folded(sink, tables.staging, STAGED, tables.columns)),
+            self._statement("recompute", sink, tables, self.folded(sink, tables.contributions, touched,
+                                                                   tables.columns))])
+        return self._statement("forget", sink, tables, sql.SQL("")), put
+
+    def _statement(self, name: str, sink, tables: SinkTables, folded: sql.Composable) -> sql.Composed:
+        columns = self.contribution_columns(sink, tables.columns)
+        return sql.SQL(named("merge/keyed.sql")[name]).format(
+            final=tables.final, contributions=tables.contributions, folded=folded, keys=names(sink.keys),
+            columns=names(columns), take_new=each("{c} = EXCLUDED.{c}", [c for c in columns if c not in sink.keys]),
+            same_keys=sql.SQL(" AND ").join(sql.SQL("c.{k} = f.{k}").format(k=sql.Identifier(k)) for k in sink.keys))
