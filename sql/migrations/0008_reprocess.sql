@@ -23,8 +23,10 @@ ALTER TABLE exactly_once.checkpoints ADD COLUMN replaced jsonb;
 ALTER TABLE exactly_once.checkpoints DROP CONSTRAINT checkpoints_pipeline_dag_run_id_key;
 CREATE UNIQUE INDEX checkpoint_of_run ON exactly_once.checkpoints (pipeline, dag_run_id) WHERE replays IS NULL;
 -- One reprocessing of a checkpoint at a time: the latest committed one is its contribution.
+-- (Open states named by what they are not: 'stalled' is added in this same transaction on a
+-- new database, and PostgreSQL refuses a new enum value before it is committed.)
 CREATE UNIQUE INDEX one_open_reprocessing ON exactly_once.checkpoints (replays)
-    WHERE replays IS NOT NULL AND state IN ('planned', 'running', 'stalled', 'precommitted');
+    WHERE replays IS NOT NULL AND state NOT IN ('committed', 'aborted');
 
 -- Whether the checkpoint's commit kept its contribution to the upsert and aggregate sinks
 -- (their `ctb_` tables), which a reprocessing recomputes the keys it touches from. Those

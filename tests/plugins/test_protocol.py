@@ -23,6 +23,7 @@ from exactly_once.protocol import Ledger
 from exactly_once.registration import SinkTableError
 from exactly_once.sqlfiles import SQL_DIR
 from exactly_once.tables import DEAD_LETTERS, qualified, staging_table
+from exactly_once_stack.postgres import connect_admin
 from tests.kafka_records import produce_transactions
 from tests.plugins.harness import Pipeline, committed_ranges, order, workload
 
@@ -395,6 +396,23 @@ def test_sink_tables_that_cannot_merge_in_any_order_are_refused_by_name(ledger_d
     query(ledger_db, f"DROP TABLE {pipeline.config.name}.latest")
     with pytest.raises(SinkTableError, match=rf"sink 'latest': table {pipeline.config.name}.latest: does not exist"):
         pipeline.ledger.register()
+
+
+def test_every_migration_applies_to_a_new_database_in_one_transaction(ledger_db):
+    """As on a first deploy: what one migration adds (an enum value, say) is not yet
+    committed when the next one runs."""
+    admin = connect_admin()
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute("DROP DATABASE IF EXISTS migrations_from_nothing")
+            cur.execute("CREATE DATABASE migrations_from_nothing")
+        with closing(connect_admin("migrations_from_nothing")) as conn:
+            assert migrate(conn) == [path.stem for path in sorted((SQL_DIR / "migrations").glob("*.sql"))]
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("DROP DATABASE IF EXISTS migrations_from_nothing")
+        admin.close()
 
 
 def test_migrations_apply_once(ledger_db):
