@@ -231,10 +231,11 @@ FROM exactly_once.checkpoint_ranges
 WHERE checkpoint_id = %(checkpoint_id)s AND from_offset < to_offset;
 
 -- name: mark_committed
--- Its contribution to the keyed sinks is kept now (a reprocessing's, as its slot's).
-UPDATE exactly_once.checkpoints SET state = 'committed', committed_at = %(now)s, replaced = %(replaced)s
+-- Its contribution to the keyed sinks is kept now. (A reprocessing's commit leaves the row of
+-- the checkpoint it replays alone: a request to reprocess that one locks the two rows the other way round.)
+UPDATE exactly_once.checkpoints
+SET state = 'committed', committed_at = %(now)s, replaced = %(replaced)s, contributions_kept = true
 WHERE id = %(checkpoint_id)s;
-UPDATE exactly_once.checkpoints SET contributions_kept = true WHERE id = %(slot)s;
 
 -- name: mark_aborted
 UPDATE exactly_once.checkpoints SET state = 'aborted', reason = %(reason)s WHERE id = %(checkpoint_id)s;

@@ -25,9 +25,10 @@ ORDER BY c.id DESC
 LIMIT %(limit)s;
 
 -- name: last_committed
+-- Of new records: a reprocessing replays an older checkpoint's.
 SELECT id, dag_run_id, interval_end, committed_at, coalesce(records, 0)
 FROM exactly_once.checkpoints
-WHERE pipeline = %(pipeline)s AND state = 'committed'
+WHERE pipeline = %(pipeline)s AND state = 'committed' AND replays IS NULL
 ORDER BY committed_at DESC, id DESC
 LIMIT 1;
 
@@ -64,7 +65,7 @@ SELECT c.id, c.dag_run_id,
        coalesce((SELECT jsonb_agg(jsonb_build_array(r.topic, r.partition, r.from_offset, r.to_offset)
                                   ORDER BY r.topic, r.partition, r.from_offset)
                  FROM exactly_once.checkpoint_ranges r
-                 WHERE r.checkpoint_id = c.id AND r.to_offset > r.from_offset), '[]'::jsonb),
+                 WHERE r.checkpoint_id = coalesce(c.replays, c.id) AND r.to_offset > r.from_offset), '[]'::jsonb),
        (SELECT count(*) FROM exactly_once.attempts a WHERE a.checkpoint_id = c.id AND a.retryable IS NOT NULL),
        (SELECT max(a.ended_at) FROM exactly_once.attempts a WHERE a.checkpoint_id = c.id),
        c.reason

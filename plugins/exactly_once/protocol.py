@@ -103,10 +103,10 @@ class Ledger:
             return Begun(rows.checkpoint(checkpoint_id), recovery, new=new)
 
     def refuse_if_stalled(self, dag_run_id: str) -> None:
-        """`Stalled` while a checkpoint of the pipeline other than the run's own is stalled."""
+        """`Stalled` while a checkpoint of the pipeline other than the run's own (or its
+        reprocessings) is stalled."""
         with self.rows() as rows:
-            own = rows.checkpoint_of_run(dag_run_id)
-            stalled = [c for c in rows.stalled() if c.id != own]
+            stalled = [c for c in rows.stalled() if c.dag_run_id != dag_run_id]
             if stalled:
                 raise Stalled(self.config.name, stalled[0])
 

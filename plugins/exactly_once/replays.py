@@ -10,6 +10,7 @@ from exactly_once.checkpoints import Begun, State
 from exactly_once.errors import NotReprocessable
 from exactly_once.ledger_rows import LedgerRows
 from exactly_once.protocol import Ledger
+from exactly_once.registration import final_columns
 
 
 def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
@@ -33,16 +34,25 @@ def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
         found = rows.cur.fetchone()
         if found is not None:
             return Begun(rows.checkpoint(found[0]), recovery, new=False)
-        _refuse_without_contributions(rows)
+        _refuse_inexact(rows)
         now = ledger.now()
         rows.run("insert_reprocessing", checkpoint_id=checkpoint.id, dag_run_id=dag_run_id,
                  lease_until=now + ledger.config.lease, now=now)
         return Begun(rows.checkpoint(rows.cur.fetchone()[0]), recovery, new=True)
 
 
-def _refuse_without_contributions(rows: LedgerRows) -> None:
+def _refuse_inexact(rows: LedgerRows) -> None:
+    """What keeps a keyed sink from being recomputed exactly: a key column that takes NULL
+    (no NULL equals another, so its rows could be found neither to take back nor to
+    recompute), or checkpoints whose contributions were not kept."""
     config = rows.config
-    keyed = [s.name for s in config.sinks if s.strategy.contribution_columns(s, []) is not None]
+    keyed = [s for s in config.sinks if s.strategy.contribution_columns(s, []) is not None]
+    columns = final_columns(rows)
+    nullable = [f"{s.name}.{c.name}" for s in keyed for c in columns[s.name] if c.name in s.keys and not c.not_null]
+    if nullable:
+        raise NotReprocessable(f"pipeline {config.name!r}: key column(s) {nullable} take NULL, whose rows a "
+                               "reprocessing cannot find again; make them NOT NULL to reprocess")
+    keyed = [s.name for s in keyed]
     if not keyed:
         return
     rows.run("contributions_not_kept", pipeline=config.name)

@@ -107,10 +107,10 @@ def checkpoints(db_url: str, pipeline: str = "orders") -> list[tuple]:
 
 
 def reprocessings(db_url: str, pipeline: str = "orders") -> list[tuple]:
-    """(checkpoint replayed, its DAG run, state, configuration version of the reprocessing's
-    committed attempt, that of the replayed checkpoint's) of each reprocessing."""
+    """(checkpoint replayed, the DAG run that asked, state, configuration version of the
+    reprocessing's committed attempt, that of the replayed checkpoint's) of each reprocessing."""
     with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
-        cur.execute("SELECT k.replays, r.dag_run_id, k.state::text, a.config_version, o.config_version "
+        cur.execute("SELECT k.replays, k.dag_run_id, k.state::text, a.config_version, o.config_version "
                     "FROM exactly_once.checkpoints k JOIN exactly_once.checkpoints r ON r.id = k.replays "
                     "LEFT JOIN exactly_once.attempts a "
                     "ON a.checkpoint_id = k.id AND a.attempt = k.precommitted_attempt "

@@ -4,10 +4,11 @@
 -- Every configuration a pipeline was registered with, by version (exactly_once.versions:
 -- a hash of the configuration, its transform module's source and the library's version).
 -- An attempt runs the version the task that started it registered, whatever is registered later.
+-- json, not jsonb: the configuration is read back with its fields in order (as in 0002).
 CREATE TABLE exactly_once.config_versions (
     pipeline      text NOT NULL REFERENCES exactly_once.pipelines,
     version       text NOT NULL,
-    config        jsonb NOT NULL,
+    config        json NOT NULL,
     registered_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (pipeline, version)
 );

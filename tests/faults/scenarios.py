@@ -22,7 +22,7 @@ from psycopg2 import sql
 from exactly_once.tables import DEAD_LETTERS, staging_tables
 from exactly_once_stack import kafka, postgres
 from exactly_once_stack.process import alive
-from tests.faults.world import ALL_TRIES, Run, Verdict, World, wait_for
+from tests.faults.world import ALL_TRIES, TASK_TIMEOUT, Run, Verdict, World, finished, wait_for
 
 ORDERS = 4000  # 8 transactions of 500 (the 7th aborted), 4 malformed orders
 
@@ -256,23 +256,45 @@ def reprocess_crash_after_pre_commit(world: World) -> Findings:
     return found
 
 
+def _waits_on_an_advisory_lock(world: World, process) -> bool:
+    """Whether a session of the pipeline database waits on an advisory lock before `process` ends."""
+    while process.poll() is None:
+        if world.query("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock' AND wait_event = 'advisory'")[0][0]:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def reprocess_races_a_run(world: World) -> Findings:
-    """n. A reprocessing and a scheduled run of new records run side by side, the
-    reprocessing's commit holding its transaction open for 8 s (a reprocessing commits
-    alone, a scheduled commit beside it waits): both commit."""
+    """n. A reprocessing's commit while a scheduled run's commit holds its merged rows
+    uncommitted (60 s inside its transaction): the reprocessing's recompute waits for it
+    (it commits alone) instead of missing its contribution; both commit."""
     found = Findings()
     world.produce(ORDERS)
     first = world.run()
     world.produce(ORDERS)
+    again = Run(first.run_id)
+    begun = world.task("begin", ["--run-id", again.run_id, "--interval-end", datetime.now(timezone.utc).isoformat(),
+                                 "--reprocess"], again, 1)
+    again.checkpoint = begun.result["checkpoint"]
     runs: dict[str, Run] = {}
-    reprocessing = threading.Thread(target=lambda: runs.__setitem__("reprocess", world.run(
-        run_id=first.run_id, reprocess=True, faults={("commit", 1): "commit.before_commit=sleep:8"})))
-    reprocessing.start()
-    runs["scheduled"] = world.run()
-    reprocessing.join()
-    found.expect(all(r.state == "success" for r in runs.values()) and not runs["scheduled"].empty,
-                 f"both runs should commit: { {i: (r.state, r.empty) for i, r in runs.items()} }")
-    _expect_same_rows_replaced(found, world, runs["reprocess"], first.checkpoint)
+    scheduled = threading.Thread(target=lambda: runs.__setitem__("scheduled", world.run(
+        run_id="scheduled", faults={("commit", 1): "commit.before_commit=sleep:60"})))
+    scheduled.start()
+    wait_for(world.folder / "scheduled-commit-try1.log", "fault injected at commit.before_commit")
+    checkpoint = ["--checkpoint-id", str(again.checkpoint)]
+    increment = world.task("increment", checkpoint, again, 1)
+    committing, log = world.start("commit", [*checkpoint, "--try", "1"], again, 1, None)
+    waited = _waits_on_an_advisory_lock(world, committing)
+    commit = finished("commit", 1, committing.wait(TASK_TIMEOUT), log)
+    scheduled.join()
+    found.expect(increment.result == {"attempt": 1} and commit.result == {"outcome": "committed now"},
+                 f"reprocessing: increment {increment.result}, commit {commit.result}")
+    found.expect(waited, "the reprocessing's commit never waited on the commit lock: the race did not happen")
+    found.expect(runs["scheduled"].state == "success" and not runs["scheduled"].empty,
+                 f"the scheduled run: {runs['scheduled'].state}, empty {runs['scheduled'].empty}")
+    _expect_same_rows_replaced(found, world, again, first.checkpoint)
     return found
 
 

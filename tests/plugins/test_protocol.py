@@ -431,3 +431,10 @@ def test_the_spark_job_reads_the_configuration_back_as_registered_field_order_in
     registered = Ledger.of_registered(pipeline.config.name, pipeline.ledger.connect).config
     assert registered == pipeline.config
     assert list(registered.source.value_schema) == list(schema)
+    # What the job reads: the configuration its attempt was started with.
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    attempt = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    run_with = Ledger.of_attempt(pipeline.config.name, checkpoint.id, attempt, pipeline.ledger.connect).config
+    assert run_with == pipeline.config
+    assert list(run_with.source.value_schema) == list(schema)

@@ -38,7 +38,7 @@ def row_of_v2(record: Record) -> dict | None:
 def query(pipeline: Pipeline, statement: str, *params) -> list[tuple]:
     with closing(psycopg2.connect(pipeline.db_url)) as conn, conn, conn.cursor() as cur:
         cur.execute(statement, params)
-        return cur.fetchall()
+        return cur.fetchall() if cur.description else []
 
 
 def reprocess(pipeline: Pipeline, ledger: Ledger, checkpoint_id: int, run_id: str) -> int:
@@ -144,8 +144,16 @@ def test_keyed_sinks_are_not_reprocessed_while_a_checkpoint_committed_before_con
         three_checkpoints):
     pipeline, fixed, (first, middle, last) = three_checkpoints
     before = pipeline.actual()
-    query(pipeline, "UPDATE exactly_once.checkpoints SET contributions_kept = false WHERE id = %s RETURNING id", first)
+    query(pipeline, "UPDATE exactly_once.checkpoints SET contributions_kept = false WHERE id = %s", first)
     with pytest.raises(NotReprocessable, match=rf"checkpoint\(s\) {first} were committed before each checkpoint's "
                                                r"contribution was kept.*\['latest', 'totals'\]"):
         replays.reprocess(fixed, middle, "run2")
     assert pipeline.actual() == before
+
+
+def test_a_keyed_sink_whose_key_takes_null_is_not_reprocessed(three_checkpoints):
+    pipeline, fixed, (first, middle, last) = three_checkpoints
+    query(pipeline, f"ALTER TABLE {pipeline.config.sink('latest').table} DROP CONSTRAINT latest_pkey, "
+                    "ALTER COLUMN k DROP NOT NULL, ADD UNIQUE (k)")
+    with pytest.raises(NotReprocessable, match=r"key column\(s\) \['latest.k'\] take NULL"):
+        replays.reprocess(fixed, middle, "run2")
