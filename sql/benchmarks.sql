@@ -3,7 +3,7 @@
 -- names of their own; these statements create their extra tables and remove them.
 
 -- name: forget_pipeline
--- Every ledger row of one pipeline (its staging tables are dropped apart).
+-- Every ledger row of one pipeline (its staging and contributions tables are dropped apart).
 DELETE FROM exactly_once.dead_letters WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.committed_ranges WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.gaps WHERE pipeline = %(pipeline)s;
@@ -16,6 +16,7 @@ WHERE checkpoint_id IN (SELECT id FROM exactly_once.checkpoints WHERE pipeline =
 DELETE FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.partitions WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.preflights WHERE pipeline = %(pipeline)s;
+DELETE FROM exactly_once.config_versions WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.pipelines WHERE name = %(pipeline)s;
 
 -- name: drop_table

@@ -12,7 +12,7 @@ from psycopg2 import sql
 
 from exactly_once_demo.prepare import create_tables
 from exactly_once.config import PipelineConfig
-from exactly_once.tables import staging_table
+from exactly_once.tables import contributions_table, staging_table
 from exactly_once.sqlfiles import named
 
 Q = named("benchmarks.sql")
@@ -34,12 +34,13 @@ def delete_topic(servers: str, topic: str) -> None:
 
 
 def remove(servers: str, db_url: str, config: PipelineConfig, schemas: list[str]) -> None:
-    """The pipeline's topics, its ledger rows and staging tables, and the schemas."""
+    """The pipeline's topics, its ledger rows, staging and contributions tables, and the schemas."""
     for topic in config.source.topics:
         delete_topic(servers, topic)
     execute(db_url, Q["forget_pipeline"], {"pipeline": config.name})
     for sink in config.sinks:
         execute(db_url, Q["drop_table"], table=staging_table(config, sink.name))
+        execute(db_url, Q["drop_table"], table=contributions_table(config, sink))
     for schema in schemas:
         execute(db_url, Q["drop_schema"], schema=sql.Identifier(schema))
 
