@@ -78,8 +78,12 @@ class Ui:
             switch = dialog.locator("[id='switch:element_reprocess']")  # the switch's label
             switch.click()
             expect(dialog.locator("input[name=element_reprocess]")).to_be_checked()
-            switch.scroll_into_view_if_needed()
-            self.page.wait_for_timeout(1000)  # the accordion's opening animation, for the screenshot
+            self.page.wait_for_timeout(1000)  # the form settles (its sections may close again)
+            if not switch.is_visible():  # shown open for the screenshot
+                dialog.get_by_role("button", name="Run Parameters").click()
+            expect(switch).to_be_visible()
+            expect(dialog.locator("input[name=element_reprocess]")).to_be_checked()
+            self.page.wait_for_timeout(1000)  # the section's opening animation
         self.shot(shot)
         dialog.get_by_role("button", name="Run Backfill").click()
         expect(dialog).to_be_hidden()
