@@ -19,6 +19,7 @@ from exactly_once.planning import OffsetRange, PartitionPlan, PartitionState, Re
 from exactly_once.sinks import SinkTables
 from exactly_once.sqlfiles import named
 from exactly_once.tables import contributions_table, final_table, staging_tables
+from exactly_once.versions import config_version
 
 Q = named("ledger.sql")
 Partition = tuple[str, int]  # (topic, partition)
@@ -65,6 +66,12 @@ class LedgerRows:
     def run(self, statement: str, **params) -> None:
         """A named statement of sql/ledger.sql."""
         self.cur.execute(Q[statement], params)
+
+    def record_version(self) -> str:
+        """The configuration's version, recorded with the configuration (once per version)."""
+        version = config_version(self.config)
+        self.run("register_version", pipeline=self.config.name, version=version, config=self.config.model_dump_json())
+        return version
 
     def lock(self) -> None:
         """Serializes registration, planning and recovery of the pipeline."""

@@ -38,7 +38,6 @@ from exactly_once.registration import final_columns, register
 from exactly_once.row_checks import ColumnType
 from exactly_once.sqlfiles import named
 from exactly_once.tables import DEAD_LETTERS
-from exactly_once.versions import config_version
 
 
 def _utcnow() -> datetime:
@@ -140,10 +139,8 @@ class Ledger:
             attempt = rows.cur.fetchone()[0]
             rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED,
                               f"superseded by attempt {attempt}", now)
-            version = config_version(self.config)
-            rows.run("register_version", pipeline=self.config.name, version=version,
-                     config=self.config.model_dump_json())
-            rows.run("insert_attempt", checkpoint_id=checkpoint_id, attempt=attempt, now=now, config_version=version)
+            rows.run("insert_attempt", checkpoint_id=checkpoint_id, attempt=attempt, now=now,
+                     config_version=rows.record_version())
             rows.delete_staging(checkpoint_id, attempt=None)
             self._fault("start_attempt.before_commit")
         return replace(checkpoint, state=State.RUNNING, attempt=attempt)

@@ -14,7 +14,6 @@ from exactly_once.problems import Problem
 from exactly_once.ledger_rows import Q, LedgerRows
 from exactly_once.row_checks import ColumnType, column_types
 from exactly_once.tables import contributions_indexes, contributions_table, final_table, staging_index, staging_table
-from exactly_once.versions import config_version
 
 
 class SinkTableError(Permanent, ValueError):
@@ -25,8 +24,7 @@ def register(rows: LedgerRows) -> None:
     """Idempotent; call with the pipeline locked."""
     config = rows.config
     rows.run("register_pipeline", pipeline=config.name, config=config.model_dump_json())
-    rows.run("register_version", pipeline=config.name, version=config_version(config),
-             config=config.model_dump_json())
+    rows.record_version()
     for sink in config.sinks:
         final_columns = check_final_table(rows, sink)
         staging = staging_table(config, sink.name)
