@@ -6,8 +6,8 @@ import json
 import sys
 from importlib.metadata import version as dist_version
 
-from exactly_once_stack import airflow, kafka, postgres, spark
-from exactly_once_stack.settings import ENV_SH, environment, write_env_sh
+from exactly_once_stack import airflow, kafka, postgres, spark, spark_cluster
+from exactly_once_stack.settings import ENV_SH, environment, spark_mode, write_env_sh
 
 
 def up() -> list[str]:
@@ -21,6 +21,7 @@ def up() -> list[str]:
         if kafka.start():
             started.append("kafka")
         spark.write_conf()
+        started += spark_cluster.start(spark_mode())
         write_env_sh()
         airflow.migrate()
     except BaseException:
@@ -30,8 +31,12 @@ def up() -> list[str]:
 
 
 def down(names: list[str] | None = None) -> None:
-    """Stops the named services (all by default), Kafka before the database."""
-    names = ["kafka", "postgres"] if names is None else names
+    """Stops the named services (all by default), Spark and Kafka before the database."""
+    if names is None:
+        spark_cluster.stop()
+        names = ["kafka", "postgres"]
+    else:
+        spark_cluster.stop_named(names)
     if "kafka" in names:
         kafka.stop()
     if "postgres" in names:
@@ -50,6 +55,8 @@ def status() -> dict[str, str]:
         "kafka": f"running pid {broker}, {env['KAFKA_BOOTSTRAP_SERVERS']} (plaintext), "
                  f"{json.loads(env['AIRFLOW_CONN_KAFKA_DEFAULT'])['extra']['bootstrap.servers']} (SASL/PLAIN: "
                  "kafka_default)" if broker else "stopped",
+        "spark": f"{json.loads(env['AIRFLOW_CONN_SPARK_DEFAULT'])} (STACK_SPARK={spark_mode()}); running: "
+                 f"{spark_cluster.running() or 'no cluster services'}",
         "env": str(ENV_SH) if ENV_SH.exists() else "not written yet (run `python -m exactly_once_stack up`)",
     }
 

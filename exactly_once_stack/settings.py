@@ -27,12 +27,16 @@ SPARK_CONF_DIR = LOCAL / "spark" / "conf"
 JARS = LOCAL / "jars"
 LOOPBACK = "127.0.0.1"
 SPARK_MASTER = "local[2]"
+# Where the pipelines' Spark jobs run (STACK_SPARK): local (spark-submit, local[2]), standalone
+# (a master and two workers) or connect (a Spark Connect server); exactly_once_stack.spark_cluster.
+SPARK_MODES = ("local", "standalone", "connect")
 
 # Each port can be fixed with STACK_<NAME>_PORT; otherwise a free one is picked
 # on first start and kept in .local/ports.json.
 # kafka: the plaintext listener (the tests' producers and oracles); kafka_sasl: SASL/PLAIN,
 # the one the pipelines use through kafka_default.
-PORT_NAMES = ("postgres", "kafka", "kafka_controller", "kafka_sasl", "airflow_api")
+PORT_NAMES = ("postgres", "kafka", "kafka_controller", "kafka_sasl", "airflow_api", "spark_master", "spark_master_ui",
+              "spark_connect")
 
 
 # The local stack's plaintext Kafka listener and its pipeline database as a libpq URI, for
@@ -104,6 +108,22 @@ def kafka_connection() -> dict:
         "sasl.mechanism": "PLAIN", "sasl.username": "pipeline", "sasl.password": passwords()["kafka_pipeline"]}}
 
 
+def spark_mode() -> str:
+    mode = os.environ.get("STACK_SPARK") or "local"
+    if mode not in SPARK_MODES:
+        raise ValueError(f"STACK_SPARK must be one of {', '.join(SPARK_MODES)}, got {mode!r}")
+    return mode
+
+
+def spark_connection(mode: str) -> dict:
+    """spark_default on the local stack: a master for spark-submit, or a Spark Connect endpoint."""
+    if mode == "standalone":
+        return {"conn_type": "spark", "host": f"spark://{LOOPBACK}", "port": ports()["spark_master"]}
+    if mode == "connect":
+        return {"conn_type": "spark_connect", "host": LOOPBACK, "port": ports()["spark_connect"]}
+    return {"conn_type": "spark", "host": SPARK_MASTER}
+
+
 def java_home() -> str:
     if os.environ.get("JAVA_HOME"):
         return os.environ["JAVA_HOME"]
@@ -150,7 +170,7 @@ def environment() -> dict[str, str]:
         "AIRFLOW__API__PORT": str(port["airflow_api"]),
         "AIRFLOW__API__BASE_URL": api,
         "AIRFLOW__API_AUTH__JWT_SECRET": pw["jwt_secret"],
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_connection(spark_mode())),
         "AIRFLOW_CONN_PIPELINE_DB": json.dumps(pipeline_db),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka_connection()),
     }

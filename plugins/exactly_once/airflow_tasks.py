@@ -1,6 +1,6 @@
 """A pipeline DAG in a few lines: `checkpoint_tasks(config)` inside a DAG gives
 
-    begin_checkpoint ──▶ increment (spark-submit, one attempt) ──▶ commit
+    begin_checkpoint ──▶ increment (one attempt of the Spark job) ──▶ commit
 
 Operators are thin: the work of each task is in `exactly_once.tasks`, and what
 follows a task (skip, retry, fail without retry) is `exactly_once.outcomes`'s
@@ -15,13 +15,12 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Param, task
+from airflow.sdk import BaseOperator, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once import lineage, overview, tasks
 from exactly_once.config import ConfigError, PipelineConfig
-from exactly_once.connections import PIPELINE_DB, SPARK, connection_problems, connector, kafka_client, \
+from exactly_once.connections import KAFKA, PIPELINE_DB, SPARK, connection_problems, connector, kafka_client, \
     pipeline_db_location, pipeline_db_url
 from exactly_once.job_settings import JobSettings
 from exactly_once.kafka_offsets import KafkaOffsets
@@ -29,6 +28,7 @@ from exactly_once.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.planning import Reach
 from exactly_once.problems import PreflightFailed
 from exactly_once.protocol import Ledger
+from exactly_once.spark_jobs import job_runner
 
 def ledger(config: PipelineConfig, conn_id: str = PIPELINE_DB) -> Ledger:
     return Ledger(config, connector(conn_id))
@@ -52,23 +52,27 @@ def airflow_outcome() -> Iterator[None]:
         raise
 
 
-class IncrementOperator(SparkSubmitOperator):
-    """One attempt of the run's checkpoint through spark-submit (`tasks.run_increment`); the
-    job reaches the pipeline database and Kafka with this task's connections
+class IncrementOperator(BaseOperator):
+    """One attempt of the run's checkpoint (`tasks.run_increment`), its Spark job run as the
+    Spark connection's type says (`exactly_once.spark_jobs`: spark-submit, or Spark
+    Connect); the job reaches the pipeline database and Kafka with this task's connections
     (`exactly_once.job_settings`)."""
 
-    def __init__(self, *, config: PipelineConfig, **kwargs: Any):
-        super().__init__(application=tasks.JOB, name=f"{config.name} increment", **kwargs)
-        self.config = config
+    def __init__(self, *, config: PipelineConfig, conn_id: str = SPARK, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config, self.conn_id = config, conn_id
+        self.runner = None
 
     def execute(self, context) -> None:
         checkpoint_id = context["ti"].xcom_pull(task_ids="begin_checkpoint")
-        with airflow_outcome(), JobSettings(pipeline_db_url(), kafka_client()).written() as settings:
-            def submit(arguments: list[str]) -> None:
-                self.application_args = [*arguments, "--settings", str(settings)]
-                super(IncrementOperator, self).execute(context)
+        with airflow_outcome():
+            self.runner = job_runner(self.conn_id, f"{self.config.name} increment", self.config,
+                                     JobSettings(pipeline_db_url(), kafka_client()))
+            tasks.run_increment(ledger(self.config), checkpoint_id, self.runner)
 
-            tasks.run_increment(ledger(self.config), checkpoint_id, submit)
+    def on_kill(self) -> None:
+        if self.runner is not None:
+            self.runner.on_kill()
 
     def get_openlineage_facets_on_complete(self, task_instance):
         """The run's lineage (`exactly_once.lineage`): the topics in; the sink tables and the
@@ -94,11 +98,13 @@ def reprocess_param() -> Param:
                              "nothing.")
 
 
-def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_retries: int = 4):
+def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_retries: int = 4,
+                     spark_conn_id: str = SPARK):
     """The three tasks of a pipeline run, chained; call inside a DAG. A failed attempt is
     retried on the same frozen ranges (Flink's restart strategy), with back-off. The
     increment's tries must reach the pipeline's `stall_after`, or a failure that persists
-    would end each run without stalling its checkpoint. Declares the DAG's `reprocess`
+    would end each run without stalling its checkpoint. `spark_conn_id`: the Spark
+    connection its jobs run on (exactly_once.spark_jobs). Declares the DAG's `reprocess`
     parameter, so the trigger and backfill forms show it."""
     if config.stall_after > increment_retries + 1:
         raise ConfigError(f"pipeline {config.name!r}: stall_after {config.stall_after} exceeds the increment "
@@ -108,7 +114,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
     @task.short_circuit(task_id="begin_checkpoint")
     def begin_checkpoint(**context) -> int | None:
         with airflow_outcome():
-            problems = connection_problems()
+            problems = connection_problems((PIPELINE_DB, KAFKA, spark_conn_id))
             if problems:
                 raise PreflightFailed(config.name, problems)
             with KafkaOffsets(kafka_client()) as kafka:
@@ -129,7 +135,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                                            ti.try_number).value
 
     begun = begin_checkpoint()
-    increment = IncrementOperator(task_id="increment", config=config, conn_id=SPARK,
+    increment = IncrementOperator(task_id="increment", config=config, conn_id=spark_conn_id,
                                   retries=increment_retries, retry_delay=timedelta(seconds=30),
                                   retry_exponential_backoff=True)
     begun >> increment >> commit()

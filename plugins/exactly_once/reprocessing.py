@@ -1,8 +1,8 @@
 """`python -m exactly_once reprocess DAG_FILE_OR_PIPELINE CHECKPOINT_ID`: one committed
 checkpoint reprocessed from the command line with the configuration of a DAG file as
 deployed (or as last registered), through the run path of a pipeline run's tasks — begin
-the reprocessing, one Spark attempt by spark-submit on the `spark_default` connection's
-master, commit — and what the commit replaced, per sink."""
+the reprocessing, one attempt of the Spark job on the `spark_default` connection
+(exactly_once.spark_jobs), commit — and what the commit replaced, per sink."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from exactly_once.errors import PipelineError
 from exactly_once.job_settings import JobSettings
 from exactly_once.ledger_rows import pipeline_of
 from exactly_once.protocol import Ledger
+from exactly_once.spark_jobs import job_runner
 
 
 def reprocess(configs: list[PipelineConfig], checkpoint_id: int) -> int:
@@ -31,9 +32,12 @@ def reprocess(configs: list[PipelineConfig], checkpoint_id: int) -> int:
         return 1
     ledger = Ledger(config, connect)
     requested_by = f"cli {getpass.getuser()} {datetime.now(timezone.utc).isoformat(timespec='seconds')}"
+    runner = connections.for_command_line(lambda: job_runner(  # the connections first: nothing begun if unusable
+        connections.SPARK, f"{config.name} reprocess", config,
+        JobSettings(connections.pipeline_db_url(), connections.kafka_client())))
     try:
         reprocessing = tasks.reprocess_checkpoint(ledger, checkpoint_id, requested_by).checkpoint.id
-        tasks.run_increment(ledger, reprocessing, spark_submit(config))
+        tasks.run_increment(ledger, reprocessing, runner)
         tasks.commit_checkpoint(ledger, reprocessing, 1)
     except PipelineError as failed:
         print(f"checkpoint {checkpoint_id} not reprocessed: {failed}")
@@ -42,13 +46,3 @@ def reprocess(configs: list[PipelineConfig], checkpoint_id: int) -> int:
           f"new: put in): {json.dumps(replays.replaced(ledger, reprocessing))}")
     return 0
 
-
-def spark_submit(config: PipelineConfig):
-    """What IncrementOperator does, with Airflow's Spark hook: the job gets the connections in a private file."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    def submit(arguments: list[str]) -> None:
-        with JobSettings(connections.pipeline_db_url(), connections.kafka_client()).written() as settings:
-            SparkSubmitHook(conn_id=connections.SPARK, name=f"{config.name} reprocess",
-                            application_args=[*arguments, "--settings", str(settings)]).submit(tasks.JOB)
-    return submit

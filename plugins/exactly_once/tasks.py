@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from contextlib import closing
 from datetime import datetime
-from pathlib import Path
 
 from exactly_once import faults, preflight, replays
 from exactly_once.checkpoints import Begun, Outcome, State
@@ -28,8 +27,6 @@ from exactly_once.status import describe_ranges, holders
 from exactly_once.versions import config_version
 
 log = logging.getLogger(__name__)
-
-JOB = str(Path(__file__).resolve().parents[2] / "jobs" / "increment.py")  # the Spark application of an attempt
 
 
 def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
@@ -95,13 +92,13 @@ def interval_holders(ledger: Ledger, kafka: KafkaOffsets, start: datetime, end: 
 
 
 def job_arguments(config: PipelineConfig, checkpoint_id: int, attempt: int) -> list[str]:
-    """The command-line arguments of jobs/increment.py for one attempt."""
+    """The arguments of the Spark job of one attempt (`exactly_once.job`)."""
     return ["--pipeline", config.name, "--checkpoint-id", str(checkpoint_id), "--attempt", str(attempt)]
 
 
 def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[str]], None]) -> int | None:
     """Starts a new attempt of the checkpoint (fencing off any older one) and runs the Spark
-    job with `execute(job arguments)` (spark-submit, or a session in this process), which
+    job with `execute(job arguments)` (`exactly_once.spark_jobs`, or a session in this process), which
     raises if the job fails. A failed attempt is aborted, so a retry runs the same frozen
     ranges again; the error raised says whether a retry may help (`attempt_failure`).
     Returns the attempt, or None when the checkpoint is already pre-committed or committed

@@ -44,3 +44,14 @@ def prepare_with_returns(rows):
 
     return rows.where(F.col("qty") > 1).withColumns({
         "minute": F.date_trunc("hour", "ts"), "revenue": F.col("qty") * (F.col("price") - F.lit(1))})
+
+
+def prepare_with_udf(rows):
+    """`prepare` with the revenue computed by a Python UDF (exactly_once_demo.udfs): the same
+    rows, but executors must import the demo's package, which only the job's code archive
+    brings them (README, "Spark beyond local[2]")."""
+    from pyspark.sql import functions as F
+
+    from exactly_once_demo.udfs import revenue
+
+    return rows.withColumns({"minute": F.date_trunc("minute", "ts"), "revenue": revenue("qty", "price")})

@@ -113,10 +113,10 @@ def _empty_run(api: Api, servers: str, topic: str) -> float:
     produce(servers, ORDERS_PER_INTERVAL, topic=topic)
     api.call("PATCH", f"/dags/{api.dag_id}", json={"is_paused": False})
     first = api.call("POST", f"/dags/{api.dag_id}/dagRuns", json={"logical_date": None})["dag_run_id"]
-    _finished(api, first)
+    finished_run(api, first)
     requested = datetime.now(timezone.utc)
     second = api.call("POST", f"/dags/{api.dag_id}/dagRuns", json={"logical_date": None})["dag_run_id"]
-    run = _finished(api, second)
+    run = finished_run(api, second)
     tasks = api.call("GET", f"/dags/{api.dag_id}/dagRuns/{second}/taskInstances")["task_instances"]
     states = {t["task_id"]: t["state"] for t in tasks}
     if states != {"begin_checkpoint": "success", "increment": "skipped", "commit": "skipped"}:
@@ -124,7 +124,8 @@ def _empty_run(api: Api, servers: str, topic: str) -> float:
     return (_when(run["end_date"]) - requested).total_seconds()
 
 
-def _finished(api: Api, run_id: str) -> dict:
+def finished_run(api: Api, run_id: str) -> dict:
+    """The run's record once it ended; AssertionError unless it succeeded."""
     def ended():
         run = api.call("GET", f"/dags/{api.dag_id}/dagRuns/{run_id}")
         return run if run["state"] in ("success", "failed") else None

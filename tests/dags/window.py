@@ -32,7 +32,8 @@ from exactly_once_demo.pipeline import config
 @dag(dag_id="{dag_id}", schedule={schedule}, start_date=datetime.fromisoformat("{start}"), end_date={end},
      catchup=False, is_paused_upon_creation=True, max_active_runs={max_active_runs})
 def window():
-    checkpoint_tasks(config(*{pipeline!r}, **{options!r}), commit_retries={commit_retries})
+    checkpoint_tasks(config(*{pipeline!r}, **{options!r}), commit_retries={commit_retries},
+                     spark_conn_id={spark_conn_id!r})
 
 
 window()
@@ -113,6 +114,7 @@ class WindowDag:
     commit_retries: int = 4
     max_active_runs: int = 3
     transform: str | None = None     # another transform than the demo's
+    spark_conn_id: str = "spark_default"
 
     def write(self, folder: Path) -> None:
         timed = self.interval is not None
@@ -122,7 +124,7 @@ class WindowDag:
             if timed else "None",
             end=f'datetime.fromisoformat("{self.last.isoformat()}")' if timed else "None",
             commit_retries=self.commit_retries, max_active_runs=self.max_active_runs,
-            options={"transform": self.transform} if self.transform else {}))
+            options={"transform": self.transform} if self.transform else {}, spark_conn_id=self.spark_conn_id))
 
 
 @contextmanager

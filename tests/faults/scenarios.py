@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
 from exactly_once.tables import DEAD_LETTERS, staging_tables
-from exactly_once_stack import kafka, postgres
+from exactly_once_stack import kafka, postgres, spark_cluster
 from exactly_once_stack.process import alive
 from tests.faults.world import ALL_TRIES, TASK_TIMEOUT, Run, Verdict, World, finished, wait_for
 
@@ -184,8 +184,8 @@ def runs_planning_at_once(world: World) -> Findings:
 
 
 def zombie_attempt(world: World, reprocess: bool = False) -> Findings:
-    """i. Attempt 1's Spark driver paused (SIGSTOP) before it writes; its task is given up
-    for dead and retried: attempt 2 pre-commits and commits; then attempt 1 resumes
+    """i. Attempt 1's task and Spark driver paused (SIGSTOP) before it writes, the task given
+    up for dead and retried: attempt 2 pre-commits and commits; then attempt 1 resumes
     (SIGCONT), writes staging late and is fenced: the final tables do not change.
     With `reprocess`, all of this on a reprocessing of the run's committed checkpoint."""
     found = Findings()
@@ -199,20 +199,25 @@ def zombie_attempt(world: World, reprocess: bool = False) -> Findings:
     checkpoint = ["--checkpoint-id", str(run.checkpoint)]
     zombie, log = world.start("increment", checkpoint, run, 1, "increment.before_write=sleep:5")
     wait_for(log, "fault injected at increment.before_write", zombie)
-    paused = world.signal_attempt(run.checkpoint, 1, signal.SIGSTOP)
-    zombie.kill()  # its worker is gone; the paused driver lives on
-    zombie.wait(30)
+    # The task and its driver paused (over Spark Connect the task is the driver): given up
+    # for dead, as a worker that stopped heartbeating is; the task keeps reading the
+    # driver's output once resumed.
+    drivers = [] if world.spark == "connect" else world.signal_attempt(run.checkpoint, 1, signal.SIGSTOP)
+    paused = [(pid, "increment.py") for pid in drivers]
+    os.kill(zombie.pid, signal.SIGSTOP)
+    paused.append((zombie.pid, "tests.faults.task"))
     retry = world.task("increment", checkpoint, run, 2)
     commit = world.task("commit", [*checkpoint, "--try", "1"], run, 1)
     found.expect(retry.result == {"attempt": 2} and commit.result == {"outcome": "committed now"},
                  f"retry {retry.result}, commit {commit.result}")
     committed = world.tables()
-    for pid in paused:
+    for pid, _ in paused:
         os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + 300
-    while any(alive(pid, "increment.py") for pid in paused) and time.monotonic() < deadline:
+    while any(alive(pid, marker) for pid, marker in paused) and time.monotonic() < deadline:
         time.sleep(0.5)
-    found.expect(not any(alive(pid, "increment.py") for pid in paused),
+    zombie.wait(30)
+    found.expect(not any(alive(pid, marker) for pid, marker in paused),
                  "the resumed attempt 1 did not end within 300 s")
     found.expect("fenced: attempt 1 of checkpoint" in log.read_text(errors="replace"),
                  "the resumed attempt 1 was not fenced (no 'fenced:' in its log)")
@@ -224,6 +229,32 @@ def zombie_attempt(world: World, reprocess: bool = False) -> Findings:
     left = _staged_rows(world, run.checkpoint, 1)
     found.expect(left == 0, f"the next run's recovery left {left} of {late} late staging rows of attempt 1 "
                             f"of checkpoint {run.checkpoint}")
+    return found
+
+
+def worker_killed_mid_write(world: World) -> Findings:
+    """p. On the standalone cluster, a worker and its executor SIGKILLed once the attempt's
+    first sink is staged: the executor held part of the attempt's cached records, which
+    Spark reads again from Kafka for the other sinks, on the worker left."""
+    found = Findings()
+    world.produce(ORDERS)
+    point, killed = "increment.wrote.orders", []
+    run = world.run(faults={("increment", 1): f"{point}=sleep:3"},
+                    when={("increment", 1): (point, lambda r: killed.extend(spark_cluster.kill_a_worker()))})
+    spark_cluster.start("standalone")  # the killed worker again, for what follows
+    found.expect(bool(killed), "no worker with an executor to kill")
+    found.expect(run.state == "success", f"run {run.run_id} {run.state}")
+    return found
+
+
+def connect_server_restarted(world: World) -> Findings:
+    """r. The Spark Connect server restarted once the attempt's first sink is staged: the
+    attempt fails (its session and cached records are gone with the server), a retry on
+    the new server commits."""
+    point = "increment.wrote.orders"
+    found, run = _retried(world, "increment", f"{point}=sleep:1",
+                          (point, lambda r: (spark_cluster.stop("connect"), spark_cluster.start("connect"))))
+    _expect_attempts(found, world, run.checkpoint, ["aborted", "committed"])
     return found
 
 
@@ -374,12 +405,21 @@ SCENARIOS: dict[str, tuple[str, Callable[[World], Findings], dict]] = {
     "m": ("reprocess: crash after pre-commit", reprocess_crash_after_pre_commit, {}),
     "n": ("reprocess racing a scheduled run", reprocess_races_a_run, {}),
     "o": ("reprocess: zombie attempt", partial(zombie_attempt, reprocess=True), {}),
+    # Spark beyond local[2] (exactly_once_stack.spark_cluster), with the demo's UDF variant
+    "p": ("standalone: worker killed mid-write", worker_killed_mid_write, {"spark": "standalone"}),
+    "q": ("standalone: driver killed mid-write", spark_killed_mid_write, {"spark": "standalone"}),
+    "r": ("connect: server restarted mid-job", connect_server_restarted, {"spark": "connect"}),
+    "s": ("connect: zombie task resumed", zombie_attempt, {"spark": "connect"}),
 }
 
 
 def run_scenario(key: str, seed: int, servers: str, db_url: str) -> tuple[World, Verdict]:
     _, scenario, options = SCENARIOS[key]
-    world = World(key, seed, servers, db_url, **options)
-    findings = scenario(world)
-    world.normal_runs()  # whatever the fault left behind, normal runs must catch up
-    return world, world.verdict(findings, findings.lost_to_retention)
+    started = spark_cluster.start(options.get("spark", "local"))
+    try:
+        world = World(key, seed, servers, db_url, **options)
+        findings = scenario(world)
+        world.normal_runs()  # whatever the fault left behind, normal runs must catch up
+        return world, world.verdict(findings, findings.lost_to_retention)
+    finally:
+        spark_cluster.stop_named(started)

@@ -17,28 +17,19 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 from datetime import datetime
 
 import psycopg2
 
+from exactly_once.connections import SPARK
 from exactly_once.job_settings import JobSettings
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.kafka_offsets import KafkaOffsets
 from exactly_once.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.protocol import Ledger
-from exactly_once.tasks import JOB, begin_checkpoint, commit_checkpoint, run_increment
-from exactly_once_stack.settings import SPARK_MASTER
-
-
-def spark_submit(name: str, settings: JobSettings):
-    """What IncrementOperator does: the job gets its connections in a private file."""
-    def submit(arguments: list[str]) -> None:
-        with settings.written() as path:
-            subprocess.run(["spark-submit", "--master", SPARK_MASTER, "--name", f"{name} increment", JOB, *arguments,
-                            "--settings", str(path)], check=True)
-    return submit
+from exactly_once.spark_jobs import job_runner
+from exactly_once.tasks import begin_checkpoint, commit_checkpoint, run_increment
 
 
 def main() -> int:
@@ -73,7 +64,9 @@ def run(args: argparse.Namespace) -> dict:
         return {"checkpoint": begun.checkpoint.id, "state": begun.checkpoint.state.value,
                 "empty": after_begin(begun) is TaskOutcome.SKIP}
     if args.task == "increment":
-        return {"attempt": run_increment(ledger, args.checkpoint_id, spark_submit(args.pipeline, settings))}
+        # What IncrementOperator does, on the Spark connection of the environment (AIRFLOW_CONN_SPARK_DEFAULT).
+        runner = job_runner(SPARK, f"{args.pipeline} increment", ledger.config, settings)
+        return {"attempt": run_increment(ledger, args.checkpoint_id, runner)}
     return {"outcome": commit_checkpoint(ledger, args.checkpoint_id, args.try_number).value}
 
 

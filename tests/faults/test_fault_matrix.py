@@ -3,13 +3,15 @@
 0 duplicated, 0 wrong) and the ledger's invariants. Every scenario: ./dev faults; more
 seeds: ./dev faults --seeds 1 2 3.
 
-The slice keeps a scenario of each kind that only real processes show — a Spark process
+The slice keeps a scenario of each kind that only real processes show — a Spark driver
 killed, PostgreSQL and Kafka restarted under a job, a zombie driver, retention — and two
-of the reprocessing ones. The others have counterparts: b, c, d, e, h, j, l among the
-protocol's own tests (tests/plugins/test_protocol.py: a failed or crashed attempt, a
-killed commit connection, commit twice, racing planners, a lease taken over, recovery
-committing what is pre-committed), o (a zombie reprocessing) in i, whose fencing a
-reprocessing shares."""
+of the reprocessing ones; a worker killed mid-write and the Spark Connect server
+restarted (p and r) run inside the demo DAG's runs in tests/dags/test_spark_clusters.py.
+The others have counterparts: b, c, d, e, h, j, l among the protocol's own tests
+(tests/plugins/test_protocol.py: a failed or crashed attempt, a killed commit connection,
+commit twice, racing planners, a lease taken over, recovery committing what is
+pre-committed), o (a zombie reprocessing) and s (a zombie Connect task) in i, q (a on
+the standalone cluster) in a."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from exactly_once.invariants import violations
 from exactly_once.migrate import migrate
 from exactly_once.outcomes import TaskOutcome
 from exactly_once.protocol import Ledger
-from exactly_once_stack.settings import LOCAL, ROOT, process_environment
+from exactly_once_stack.settings import LOCAL, ROOT, process_environment, spark_connection
 from exactly_once_demo.oracle import committed_orders
 from tests.exactly_once_demo.oracle import expected
 from tests.oracle import Comparison, Tables, actual, compare
@@ -37,6 +37,7 @@ ARTIFACTS = LOCAL / "artifacts" / "faults"
 TASK_TIMEOUT = 600
 RETRY_DELAY = 3  # seconds between tries of a task (the DAG's commit task waits 5 s, then longer)
 ALL_TRIES = 0  # a fault for every try of a task
+UDF_TRANSFORM = "exactly_once_demo.pipeline:prepare_with_udf"
 
 
 @dataclass
@@ -91,9 +92,13 @@ class Verdict:
 
 
 class World:
-    def __init__(self, scenario: str, seed: int, servers: str, db_url: str, **options):
+    def __init__(self, scenario: str, seed: int, servers: str, db_url: str, spark: str = "local", **options):
+        """`spark`: where the jobs run (exactly_once_stack.spark_cluster); beyond local, with the demo's
+        UDF variant, which executors run only with the code the job ships."""
         self.name = f"fm_{scenario}_{seed}_{int(time.time()) % 100000}"
-        self.seed, self.servers, self.db_url = seed, servers, db_url
+        self.seed, self.servers, self.db_url, self.spark = seed, servers, db_url, spark
+        if spark != "local":
+            options.setdefault("transform", UDF_TRANSFORM)
         self.config: PipelineConfig = demo_config(self.name, self.name, self.name, **options)
         self.folder = ARTIFACTS / self.name
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -163,7 +168,8 @@ class World:
     def start(self, task: str, arguments: list[str], run: Run, number: int, fault: str | None
               ) -> tuple[subprocess.Popen, Path]:
         log = self.folder / f"{run.run_id}-{task}-try{number}.log"
-        env = {**process_environment(), FAULTS: fault or ""}
+        env = {**process_environment(), FAULTS: fault or "",
+               "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_connection(self.spark))}
         with open(log, "wb") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tests.faults.task", task, "--pipeline", self.name, *arguments],
