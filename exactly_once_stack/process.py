@@ -24,12 +24,19 @@ def wait_until(ready: Callable[[], bool], timeout: float, what: str, log: Path |
 
 def alive(pid: int, marker: str) -> bool:
     """True if `pid` runs and its command line contains `marker` (guards against PID reuse)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
+    cmdline = command_line(pid)
+    if not cmdline:
         return False
     state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     return state != "Z" and marker in cmdline
+
+
+def command_line(pid: int) -> str:
+    """The process's command line, its arguments joined by spaces; "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def read_pid(pid_file: Path) -> int | None:

@@ -113,7 +113,7 @@ def kill_a_worker() -> list[int]:
     for service in services("standalone")[1:]:
         pid = service.pid()
         group = _group(pid) if pid else []
-        if any("CoarseGrainedExecutorBackend" in _cmdline(p) for p in group):
+        if any("CoarseGrainedExecutorBackend" in process.command_line(p) for p in group):
             os.killpg(pid, signal.SIGKILL)
             return group
     return []
@@ -129,13 +129,6 @@ def _group(pgid: int) -> list[int]:
             except OSError:
                 continue
     return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def running() -> dict[str, int]:
