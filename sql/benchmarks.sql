@@ -40,8 +40,12 @@ CREATE TABLE {schema}.dead_letters (
 -- One checkpoint's staging rows of one table, as the file the COPY limit loads.
 COPY (SELECT * FROM {staging} WHERE checkpoint_id = {checkpoint_id}) TO STDOUT;
 
+-- name: create_bare_like
+-- A table with a staging table's columns and no index: what the bare COPY loads.
+CREATE TABLE {table} (LIKE {staging});
+
 -- name: create_like_staging
--- A table like a staging table, its index included: what COPY loads.
+-- A table like a staging table, its index included: what COPY loads as staging would.
 CREATE TABLE {table} (LIKE {staging} INCLUDING INDEXES);
 
 -- name: copy_in

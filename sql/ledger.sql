@@ -67,9 +67,12 @@ CREATE TABLE IF NOT EXISTS {staging} (LIKE {final}, checkpoint_id bigint NOT NUL
 CREATE INDEX IF NOT EXISTS {staging_index} ON {staging} (checkpoint_id, attempt);
 
 -- name: staged_summary
--- Row count and an order-independent checksum of one attempt's staging rows.
-SELECT count(*), coalesce(sum(hashtextextended(s::text, 0)), 0)::text
-FROM {staging} AS s
+-- Row count of one attempt's staging rows. Writers only ever add rows (only the ledger
+-- deletes them), so a count tells rows the attempt's own Spark tasks wrote twice (a task
+-- retried after its write committed) or after pre-commit; a fenced attempt's rows carry
+-- its own number.
+SELECT count(*)
+FROM {staging}
 WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s;
 
 -- name: delete_staging
@@ -78,8 +81,9 @@ DELETE FROM {staging}
 WHERE checkpoint_id = %(checkpoint_id)s AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s);
 
 -- name: delete_stale_staging
--- Staging rows that no commit can promote: written late by a fenced (zombie) attempt or
--- left by one that crashed. Live rows belong to a running checkpoint's current attempt
+-- Staging rows that no commit can promote: written late by a fenced (zombie) attempt,
+-- left by one that crashed, or a committed checkpoint's whose clean-up did not run
+-- (Ledger.commit). Live rows belong to a running checkpoint's current attempt
 -- (tagged with its number, or its negative while it probes: exactly_once.staging) or
 -- to the pre-committed attempt; each statement sees one snapshot of both tables, and an
 -- attempt writes only after start_attempt committed, so live rows are never matched.

@@ -53,8 +53,10 @@ class Outcome(Enum):
 
 @dataclass(frozen=True)
 class Staged:
+    """What an attempt staged in one table: its row count, which the writer counted as it
+    wrote, pre-commit found in the table, and the commit finds again."""
+
     rows: int
-    checksum: str
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ class Recovery:
     committed: tuple[int, ...] = ()    # pre-committed checkpoints committed now
     aborted: tuple[int, ...] = ()      # abandoned checkpoints whose ranges go to the next plan
     sent_back: tuple[int, ...] = ()    # pre-committed, but their staged rows changed: to run again
-    stale_staging_rows: int = 0        # rows of fenced or crashed attempts, deleted
+    stale_staging_rows: int = 0        # rows of fenced or crashed attempts or of committed checkpoints, deleted
 
 
 @dataclass(frozen=True)

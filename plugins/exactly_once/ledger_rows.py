@@ -89,7 +89,8 @@ class LedgerRows:
             staged, records, reason, replays = row
         self.run("checkpoint_ranges", checkpoint_id=checkpoint_id)
         ranges = tuple(OffsetRange(*r) for r in self.cur.fetchall())
-        staged = None if staged is None else {name: Staged(**s) for name, s in staged.items()}
+        # rows only: a checkpoint pre-committed by an earlier version recorded a checksum as well
+        staged = None if staged is None else {name: Staged(s["rows"]) for name, s in staged.items()}
         return Checkpoint(cp_id, dag_run_id, State(state), attempt, ranges, interval_start, interval_end,
                           lease_until, precommitted_attempt, staged, records, reason, replays)
 
@@ -191,7 +192,7 @@ class LedgerRows:
     # -- staging ------------------------------------------------------------------------
 
     def staged(self, checkpoint_id: int, attempt: int) -> dict[str, Staged]:
-        """Row count and checksum of the attempt's rows in every staging table."""
+        """Row count of the attempt's rows in every staging table (an index scan)."""
         found = {}
         for name, table in self.staging.items():
             self.cur.execute(sql.SQL(Q["staged_summary"]).format(staging=table),

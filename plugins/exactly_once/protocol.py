@@ -5,7 +5,7 @@
     checkpoint n begins (barrier)      begin()          recover, then freeze the next offset range per partition
     (replay a completed checkpoint)    replays.reprocess()  a checkpoint that replays a committed one's ranges
     beginTransaction                   start_attempt()  a new fencing token; older attempts are fenced off
-    preCommit                          pre_commit()     the attempt's staging rows are complete: counts, checksum
+    preCommit                          pre_commit()     the attempt's staging rows are complete: row counts
     notifyCheckpointComplete, commit   commit()         promote staging and record the offsets, atomically
     abort                              abort(), abort_attempt()
 
@@ -18,6 +18,7 @@ and whether a retry may help. Nothing is logged and dropped.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import replace
@@ -38,6 +39,8 @@ from exactly_once.registration import final_columns, register
 from exactly_once.row_checks import ColumnType
 from exactly_once.sqlfiles import named
 from exactly_once.tables import DEAD_LETTERS
+
+log = logging.getLogger(__name__)
 
 
 def _utcnow() -> datetime:
@@ -167,22 +170,29 @@ class Ledger:
 
     def commit(self, checkpoint_id: int) -> Outcome:
         """Phase two, in one transaction: promote every sink's staged rows, record the
-        committed ranges, mark the checkpoint committed, clear its staging. Idempotent.
-        `SentBack` (the checkpoint planned again) if the staged rows changed since
-        pre-commit or a final table refuses some of them."""
+        committed ranges, mark the checkpoint committed. Idempotent. Its staging rows are
+        deleted after that transaction (`recover` deletes them if that never happens): the
+        commit holds its locks for the promotion only. `SentBack` (the checkpoint planned
+        again) if the staged row counts changed since pre-commit or a final table refuses
+        some rows."""
         try:
             with self.rows() as rows:
                 checkpoint = rows.checkpoint(checkpoint_id)
                 if checkpoint.state is State.COMMITTED:
+                    rows.delete_staging(checkpoint_id, attempt=None)  # a clean-up that did not run
                     return Outcome.ALREADY_COMMITTED
                 if checkpoint.state is not State.PRECOMMITTED:
                     raise NotPreCommitted(f"checkpoint {checkpoint_id} is {checkpoint.state.value}, not "
                                           "pre-committed: its Spark attempt has not finished")
                 committable = checkpoint.committable
                 staged = rows.staged(checkpoint_id, committable.attempt)
-                if staged == committable.staged:
+                promoted = staged == committable.staged
+                if promoted:
                     self._promote(rows, committable)
-                    return Outcome.COMMITTED
+            if promoted:
+                self._fault("commit.before_clean_up")
+                self._clean_up(checkpoint_id)
+                return Outcome.COMMITTED
         except PromotionRefused as refused:
             self._send_back(checkpoint_id, committable.attempt, str(refused), failed=True)
             raise PromotionRefused(f"checkpoint {checkpoint_id} not committed: {refused}; it is planned again, and "
@@ -196,6 +206,17 @@ class Ledger:
         self._send_back(checkpoint_id, committable.attempt, reason)
         raise StagedDataChanged(f"checkpoint {checkpoint_id} not committed: {reason}; it is planned again "
                                 "and will be run again from its frozen ranges")
+
+    def _clean_up(self, checkpoint_id: int) -> None:
+        """Deletes a committed checkpoint's staging rows. The checkpoint is committed whatever
+        happens here, so a failure is logged, not raised: a retried commit or the next
+        recovery deletes the rows."""
+        try:
+            with self.rows() as rows:
+                rows.delete_staging(checkpoint_id, attempt=None)
+        except psycopg2.Error as error:
+            log.warning("checkpoint %s is committed; its staging clean-up failed and is left to a retry or the "
+                        "next recovery: %s", checkpoint_id, error)
 
     def _promote(self, rows: LedgerRows, committable: Committable) -> None:
         """Every sink's staged rows of the pre-committed attempt, the dead letters and the
@@ -230,7 +251,6 @@ class Ledger:
         rows.run("mark_committed", **params, replaced=json.dumps(replaced) if reprocessing else None)
         rows.end_attempts(committable.checkpoint_id, committable.attempt, AttemptState.PRECOMMITTED,
                           AttemptState.COMMITTED, None, now)
-        rows.delete_staging(committable.checkpoint_id, attempt=None)
         self._fault("commit.before_commit")
 
     # -- abort and recovery -------------------------------------------------------------
@@ -271,7 +291,8 @@ class Ledger:
 
     def recover(self) -> Recovery:
         """Commits every pre-committed checkpoint; aborts those whose lease ran out; deletes
-        staging rows no commit can promote (a zombie attempt that wrote after it was fenced)."""
+        staging rows no commit can promote (a zombie attempt that wrote after it was fenced,
+        a committed checkpoint's whose clean-up did not run)."""
         now = self._clock()
         with self.rows() as rows:
             rows.run("recoverable", pipeline=self.config.name, now=now)

@@ -34,9 +34,14 @@ def delete_topic(servers: str, topic: str) -> None:
 
 
 def remove(servers: str, db_url: str, config: PipelineConfig, schemas: list[str]) -> None:
-    """The pipeline's topics, its ledger rows, staging and contributions tables, and the schemas."""
+    """The pipeline's topics, and what `forget` removes."""
     for topic in config.source.topics:
         delete_topic(servers, topic)
+    forget(db_url, config, schemas)
+
+
+def forget(db_url: str, config: PipelineConfig, schemas: list[str]) -> None:
+    """The pipeline's ledger rows, staging and contributions tables, and the schemas."""
     execute(db_url, Q["forget_pipeline"], {"pipeline": config.name})
     for sink in config.sinks:
         execute(db_url, Q["drop_table"], table=staging_table(config, sink.name))

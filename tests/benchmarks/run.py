@@ -1,14 +1,17 @@
 """The benchmarks: figures, not tests. On the local services (started if not running):
 
-    ./dev bench                         1 M and 5 M orders, then the Airflow runs; README updated
-    ./dev bench --sizes 200000 --no-airflow --no-readme
-    ./dev bench --sizes --no-readme     the Airflow runs only
+    ./dev bench                         quick: 1 M orders, 3 interleaved repetitions, medians
+    ./dev bench --full                  1 M and 5 M orders, then the Airflow runs
+    ./dev bench --sizes 200000 --repetitions 1 --no-readme
+    ./dev bench --full --sizes          the Airflow runs only
 
-For each size, one exactly-once checkpoint phase by phase, beside the limits it is
-compared with and the at-least-once and Structured Streaming peers
-(tests/benchmarks/throughput.py); then an empty run and a 10-interval backfill through
+For each size, exactly-once checkpoints phase by phase, beside the limits they are
+compared with and the at-least-once and Structured Streaming peers, each repetition
+side by side on the same records (tests/benchmarks/throughput.py); the table gives the
+median of the repetitions, each ratio the median of the repetitions' own ratios (with
+their values). With --full, then an empty run and a 10-interval backfill through
 Airflow's scheduler (tests/benchmarks/airflow_runs.py). Prints the tables, writes them to
-.local/artifacts/bench/, and into the README's "Performance" section between its markers.
+.local/artifacts/bench/, and into the README's section for the quick or the full run.
 """
 
 from __future__ import annotations
@@ -34,8 +37,15 @@ from tests.benchmarks.throughput import Throughput
 
 ARTIFACTS = LOCAL / "artifacts" / "bench"
 README = ROOT / "README.md"
-BEGIN = "<!-- benchmark figures: written by ./dev bench, do not edit by hand -->"
-END = "<!-- end of benchmark figures -->"
+QUICK, FULL = [1_000_000], [1_000_000, 5_000_000]
+
+
+def markers(mode: str) -> tuple[str, str]:
+    """The README's markers around the figures of a quick or a full run."""
+    return (f"<!-- benchmark figures ({mode}): written by ./dev bench, do not edit by hand -->",
+            f"<!-- end of benchmark figures ({mode}) -->")
+
+
 MiB = 1 << 20
 
 
@@ -47,58 +57,73 @@ def _took(seconds: float, count: int, unit: str) -> str:
     return f"{seconds:.2f} s · {_n(count / seconds)} {unit}/s"
 
 
-def _versus_limits(r: Throughput, end_to_end: float, kafka_read: float) -> float:
-    """End-to-end records/s over the slower limit's rate (Kafka records/s or COPY rows/s)."""
-    return (r.records / end_to_end) / min(r.records / kafka_read, r.staged_rows / r.copy)
-
-
 def throughput_table(results: list[Throughput]) -> str:
-    """One column per size; the phases, limits, peers and the ratios the issue sets targets for."""
+    """One column per size; the phases, limits and peers (medians), then the ratios the issue
+    sets targets for (the median of the repetitions' own ratios, and each of them)."""
     def row(label: str, cell) -> str:
-        return f"| {label} | " + " | ".join(cell(r) for r in results) + " |"
+        return f"| {label} | " + " | ".join(cell(t) for t in results) + " |"
+
+    def took(label: str, seconds, count, unit: str) -> str:
+        return row(label, lambda t: _took(t.median(seconds), count(t), unit))
+
+    def seconds(label: str, value) -> str:
+        return row(label, lambda t: f"{t.median(value):.2f} s")
 
     def ratio(label: str, value) -> str:
-        return row(label, lambda r: f"{value(r):.2f}")
+        return row(label, lambda t: f"**{t.median(value):.2f}** ("
+                   + ", ".join(f"{value(r):.2f}" for r in t.repetitions) + ")")
+
+    def records(t: Throughput) -> int:
+        return t.records
+
+    def staged(t: Throughput) -> int:
+        return t.repetitions[0].staged_rows
+
+    def sink_rows(t: Throughput) -> int:
+        return t.repetitions[0].sink_rows
 
     rows = [
-        "| | " + " | ".join(f"{_n(r.orders)} orders" for r in results) + " |",
+        "| median of the repetitions | " + " | ".join(f"{_n(t.orders)} orders" for t in results) + " |",
         "|---|" + "---:|" * len(results),
-        row("committed records read (aborted transactions are skipped)", lambda r: _n(r.records)),
-        row("produce (confluent-kafka, transactions of 50,000, every 7th aborted)",
-            lambda r: _took(r.produce, r.orders, "orders")),
-        row("**exactly-once checkpoint, end to end**", lambda r: _took(r.end_to_end, r.records, "records")),
-        row("· plan: register, recover, Kafka offsets, freeze ranges", lambda r: f"{r.plan:.2f} s"),
-        row("· increment task around its job: start attempt (fence, clear staging), spark-submit", lambda r: f"{r.start_attempt:.2f} s"),
-        row("· Spark application start and stop (JVM, session, ledger read)",
-            lambda r: f"{r.spark_start_stop:.2f} s"),
-        row("· Spark read + parse, cached", lambda r: _took(r.phase("read"), r.records, "records")),
-        row("· staging write: transform, sink rows, JDBC (all sinks)",
-            lambda r: _took(r.phase("write_staging"), r.staged_rows, "rows")),
-        row("· pre-commit: row counts and checksums of staging", lambda r: f"{r.phase('pre_commit'):.2f} s"),
-        row("· commit: promote, record offsets, clear staging (one transaction)", lambda r: f"{r.commit:.2f} s"),
-        row("Spark driver peak RSS, JVM / Python", lambda r: f"{r.job.peak_jvm // MiB:,} / "
-                                                            f"{r.job.peak_python // MiB:,} MiB"),
-        row("staged rows (all sinks and dead letters) / append rows", lambda r: f"{_n(r.staged_rows)} / "
-                                                                                f"{_n(r.append_rows)}"),
-        row("**limit:** PostgreSQL COPY of the staged rows from files", lambda r: _took(r.copy, r.staged_rows, "rows")),
-        row("**limit:** INSERT … SELECT of the append rows (final table's indexes)",
-            lambda r: _took(r.insert_select, r.append_rows, "rows")),
-        row("**limit:** Spark Kafka read → noop sink, in the application",
-            lambda r: _took(r.kafka_read.report["seconds"], r.records, "records")),
-        row("**limit:** the same, whole application", lambda r: _took(r.kafka_read.seconds, r.records, "records")),
-        row("**peer:** at-least-once job, straight into final tables, whole application",
-            lambda r: _took(r.at_least_once.seconds, r.records, "records")),
+        row("repetitions (each job's place in them rotates)", lambda t: str(len(t.repetitions))),
+        row("committed records read (aborted transactions are skipped)", lambda t: _n(t.records)),
+        row("produce once (confluent-kafka, transactions of 50,000, every 7th aborted)",
+            lambda t: _took(t.produce, t.orders, "orders")),
+        took("**exactly-once checkpoint, end to end**", lambda r: r.end_to_end, records, "records"),
+        seconds("· plan: register, recover, Kafka offsets, freeze ranges", lambda r: r.plan),
+        seconds("· increment task around its job: start attempt (fence, clear staging), spark-submit",
+                lambda r: r.start_attempt),
+        seconds("· Spark application start and stop (JVM, session, ledger read)", lambda r: r.spark_start_stop),
+        took("· Spark read + parse, cached", lambda r: r.phase("read"), records, "records"),
+        took("· staging write: transform, row checks, sink rows, JDBC (all sinks)",
+             lambda r: r.phase("write_staging"), staged, "rows"),
+        seconds("· pre-commit: row counts of staging", lambda r: r.phase("pre_commit")),
+        seconds("· commit: promote every sink, record offsets (one transaction)", lambda r: r.commit),
+        seconds("· staging clean-up after the commit", lambda r: r.clean_up),
+        row("Spark driver peak RSS, JVM / Python", lambda t: f"{t.median(lambda r: r.job.peak_jvm) / MiB:,.0f} / "
+            f"{t.median(lambda r: r.job.peak_python) / MiB:,.0f} MiB"),
+        row("staged rows (all sinks and dead letters)", lambda t: _n(staged(t))),
+        took("**limit:** PostgreSQL COPY of the staged rows from files, bare tables (no index)",
+             lambda r: r.copy_bare, staged, "rows"),
+        took("**limit:** the same into tables like staging (its index)", lambda r: r.copy_like_staging, staged,
+             "rows"),
+        took("**limit:** INSERT … SELECT of every sink's rows into tables with the final tables' indexes",
+             lambda r: r.insert_select, sink_rows, "rows"),
+        took("**limit:** Spark Kafka read → noop sink, in the application",
+             lambda r: r.kafka_read.report["seconds"], records, "records"),
+        took("**limit:** the same, whole application", lambda r: r.kafka_read.seconds, records, "records"),
+        took("**peer:** at-least-once job, straight into final tables, whole application",
+             lambda r: r.at_least_once.seconds, records, "records"),
         row("**peer:** Structured Streaming, AvailableNow + foreachBatch, whole application",
-            lambda r: _took(r.streaming.seconds, r.records, "records")
-            + f" ({r.streaming.report['batches']} batch{'es' if r.streaming.report['batches'] > 1 else ''})"),
-        ratio("staging write / COPY, time", lambda r: r.phase("write_staging") / r.copy),
-        ratio("commit / INSERT … SELECT, time (target ≤ 1.3)", lambda r: r.commit / r.insert_select),
-        ratio("end-to-end / min(Kafka read, COPY), throughput, whole applications (target ≥ 0.8)",
-              lambda r: _versus_limits(r, r.end_to_end, r.kafka_read.seconds)),
-        ratio("the same without the Spark application's start and stop on either side",
-              lambda r: _versus_limits(r, r.end_to_end - r.spark_start_stop, r.kafka_read.report["seconds"])),
-        ratio("exactly-once / at-least-once, time (target ≤ 1.2)", lambda r: r.end_to_end / r.at_least_once.seconds),
-        ratio("exactly-once / Structured Streaming, throughput (target ≥ 1.0)",
+            lambda t: _took(t.median(lambda r: r.streaming.seconds), t.records, "records")
+            + f" ({max(r.streaming.report['batches'] for r in t.repetitions)} batch(es) at most)"),
+        ratio("staging write / bare COPY, time (target ≤ 1.5)", lambda r: r.phase("write_staging") / r.copy_bare),
+        ratio("staging write / COPY like staging, time", lambda r: r.phase("write_staging") / r.copy_like_staging),
+        ratio("commit / INSERT … SELECT, time (target ≤ 1.2)", lambda r: r.commit / r.insert_select),
+        ratio("commit and clean-up / INSERT … SELECT, time", lambda r: (r.commit + r.clean_up) / r.insert_select),
+        ratio("exactly-once / at-least-once, time (target ≤ 1.1)",
+              lambda r: r.end_to_end / r.at_least_once.seconds),
+        ratio("exactly-once / Structured Streaming, throughput (target ≥ 1.2)",
               lambda r: r.streaming.seconds / r.end_to_end),
     ]
     return "\n".join(rows)
@@ -144,22 +169,34 @@ def report(command: str, results: list[Throughput], figures: AirflowFigures | No
     return "\n".join(parts)
 
 
-def into_readme(text: str, readme: str) -> str:
-    """The README with `text` between the benchmark markers (which must be there, once)."""
-    if readme.count(BEGIN) != 1 or readme.count(END) != 1 or readme.index(BEGIN) > readme.index(END):
-        raise ValueError(f"{README.name}: needs the markers {BEGIN!r} and {END!r}, once each, in that order")
-    head, rest = readme.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{text}\n{END}{tail}"
+def into_readme(text: str, readme: str, mode: str) -> str:
+    """The README with `text` between the mode's benchmark markers (which must be there, once)."""
+    begin, end = markers(mode)
+    if readme.count(begin) != 1 or readme.count(end) != 1 or readme.index(begin) > readme.index(end):
+        raise ValueError(f"{README.name}: needs the markers {begin!r} and {end!r}, once each, in that order")
+    head, rest = readme.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{text}\n{end}{tail}"
+
+
+def _positive(text: str) -> int:
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text}: at least 1")
+    return int(text)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="./dev bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="*", type=int, default=[1_000_000, 5_000_000], help="orders per run")
-    parser.add_argument("--intervals", type=int, default=10, help="intervals of the Airflow backfill")
-    parser.add_argument("--no-airflow", action="store_true", help="skip the runs through Airflow")
+    parser.add_argument("--full", action="store_true", help="1 M and 5 M orders, then the runs through Airflow")
+    parser.add_argument("--sizes", nargs="*", type=int, help="orders per checkpoint (default: 1 M; with --full "
+                                                             "1 M and 5 M)")
+    parser.add_argument("--repetitions", type=_positive, default=3, help="interleaved repetitions per size")
+    parser.add_argument("--intervals", type=int, default=10, help="intervals of the Airflow backfill (--full)")
+    parser.add_argument("--no-airflow", action="store_true", help="with --full: without the runs through Airflow")
     parser.add_argument("--no-readme", action="store_true", help="do not write the README's Performance section")
     args = parser.parse_args()
+    sizes = args.sizes if args.sizes is not None else FULL if args.full else QUICK
+    airflow = args.full and not args.no_airflow
     command = shlex.join(["./dev", "bench", *sys.argv[1:]])
     began = time.monotonic()
     started = lifecycle.up()
@@ -171,10 +208,10 @@ def main() -> int:
             migrate(conn)  # a new checkout's database has no ledger yet
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         results = []
-        for size in args.sizes:
-            results.append(throughput.measure(size, servers, db_url, ARTIFACTS))
+        for size in sizes:
+            results.append(throughput.measure(size, servers, db_url, ARTIFACTS, args.repetitions))
             print(throughput_table(results[-1:]), flush=True)
-        figures = None if args.no_airflow else airflow_runs.measure(servers, db_url, ARTIFACTS, args.intervals)
+        figures = None if not airflow else airflow_runs.measure(servers, db_url, ARTIFACTS, args.intervals)
     finally:
         lifecycle.down(started)
     text = report(command, results, figures, args.intervals, time.monotonic() - began)
@@ -182,7 +219,7 @@ def main() -> int:
     written.write_text(text + "\n")
     print(f"\n{text}\n\nwritten to {written}")
     if not args.no_readme:
-        README.write_text(into_readme(text, README.read_text()))
+        README.write_text(into_readme(text, README.read_text(), "full" if args.full else "quick"))
         print(f"and to {README}")
     return 0
 

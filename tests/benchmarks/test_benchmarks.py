@@ -15,22 +15,32 @@ BAD = sum(1 for i in range(ORDERS) if i % MALFORMED_EVERY == MALFORMED_EVERY - 1
 
 
 def test_a_small_run_measures_the_checkpoint_its_limits_and_its_peers(kafka_servers, ledger_db, tmp_path):
-    result = throughput.measure(ORDERS, kafka_servers, ledger_db, tmp_path)
+    result = throughput.measure(ORDERS, kafka_servers, ledger_db, tmp_path, repetitions=1)
     assert result.records == ORDERS
     assert BAD == 9  # 3 malformed, 6 with a NUL in the sku
-    assert result.append_rows == ORDERS - BAD
-    assert set(result.job.report["seconds"]) == {"read", "write_staging", "pre_commit"}
-    assert result.job.report["rows"]["_dead_letters"] == BAD
-    assert result.job.peak_jvm > 0 and result.job.peak_python > 0
-    assert result.streaming.report["batches"] >= 1
-    assert 0 < result.end_to_end - result.spark_start_stop < result.end_to_end
+    [repetition] = result.repetitions
+    assert repetition.job.report["rows"]["orders"] == ORDERS - BAD
+    assert repetition.job.report["rows"]["_dead_letters"] == BAD
+    assert repetition.staged_rows == sum(repetition.job.report["rows"].values())
+    assert set(repetition.job.report["seconds"]) == {"read", "write_staging", "pre_commit"}
+    assert repetition.job.peak_jvm > 0 and repetition.job.peak_python > 0
+    assert repetition.streaming.report["batches"] >= 1
+    assert 0 < repetition.end_to_end - repetition.spark_start_stop < repetition.end_to_end
     table = run.throughput_table([result])
     assert "| 3,000 orders |" in table and "nan" not in table
 
 
+def test_repetitions_rotate_which_job_runs_first():
+    orders = [throughput.rotated(r) for r in range(len(throughput.JOBS))]
+    assert all(sorted(o) == sorted(throughput.JOBS) for o in orders)
+    assert {o[0] for o in orders} == set(throughput.JOBS)
+
+
 def test_the_figures_replace_what_is_between_the_readme_markers():
-    readme = f"# title\n{run.BEGIN}\nold figures\n{run.END}\nrest\n"
-    assert run.into_readme("new figures", readme) == f"# title\n{run.BEGIN}\nnew figures\n{run.END}\nrest\n"
-    assert run.README.read_text().count(run.BEGIN) == 1
+    quick, full = run.markers("quick"), run.markers("full")
+    readme = f"# title\n{quick[0]}\nold\n{quick[1]}\n{full[0]}\nold\n{full[1]}\nrest\n"
+    assert run.into_readme("new", readme, "quick") == f"# title\n{quick[0]}\nnew\n{quick[1]}\n{full[0]}\nold\n" \
+                                                      f"{full[1]}\nrest\n"
+    assert all(run.README.read_text().count(marker) == 1 for marker in (*quick, *full))
     with pytest.raises(ValueError, match="needs the markers"):
-        run.into_readme("new figures", "# a README without them\n")
+        run.into_readme("new figures", "# a README without them\n", "quick")

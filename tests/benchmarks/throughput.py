@@ -1,24 +1,29 @@
-"""One exactly-once checkpoint over N demo orders, measured phase by phase, beside the
-limits it is compared with and the jobs a user would otherwise run, all in one run on
-the same records:
+"""Exactly-once checkpoints over N demo orders, measured phase by phase, beside the
+limits they are compared with and the jobs a user would otherwise run. The orders are
+produced once; each repetition then reads all of them anew, as a pipeline of its own,
+and runs its Spark jobs in an order rotated from the repetition before (interleaved), so
+that no job always runs first on a cold machine; the PostgreSQL limits follow them:
 
 - the checkpoint as the pipeline's tasks run it (`exactly_once.tasks`): plan, a new attempt,
   `spark-submit jobs/increment.py` (its phases from the job's report, its driver's peak
-  memory), commit;
-- limits: PostgreSQL `COPY` of the checkpoint's staged rows from files, a bare
-  `INSERT … SELECT` of its append rows into a table with the final table's indexes, and
-  Spark's Kafka read of its ranges into the noop sink;
+  memory), commit (the transaction, then the staging clean-up after it);
+- limits, on the PostgreSQL server: `COPY` of the checkpoint's staged rows from files into
+  bare tables (no index) and into tables like staging (its index), and a bare
+  `INSERT … SELECT` of every sink's rows from the bare copies into tables with the final
+  tables' indexes; Spark's Kafka read of the ranges into the noop sink;
 - peers (tests/benchmarks/peers.py): an at-least-once job and Structured Streaming,
   each writing final tables of its own, which must equal the checkpoint's, row for row.
 
-The pipeline is a copy of the demo (tests/benchmarks/copies.py).
+The pipelines are copies of the demo (tests/benchmarks/copies.py).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import time
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -32,10 +37,10 @@ from exactly_once_demo.produce import produce
 from exactly_once.job_settings import JobSettings
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.kafka_offsets import KafkaOffsets
-from exactly_once import tasks
+from exactly_once import faults, tasks
 from exactly_once.checkpoints import Outcome
 from exactly_once.protocol import Ledger
-from exactly_once.tables import final_table, staging_tables
+from exactly_once.tables import DEAD_LETTERS, final_table, staging_tables
 from exactly_once_stack.settings import ROOT
 from tests.benchmarks import copies
 from tests.benchmarks.copies import Q
@@ -45,32 +50,37 @@ JOB = ROOT / "jobs" / "increment.py"
 PEERS = Path(__file__).with_name("peers.py")
 PER_TRANSACTION = 50_000  # orders per Kafka transaction (every 7th aborted, as in the demo)
 VARIANTS = ("eo", "alo", "ss")  # exactly-once, at-least-once, Structured Streaming: a schema of final tables each
+JOBS = ("exactly-once", "at-least-once", "streaming", "kafka-read")  # what a repetition runs, rotated
 EVERY_ROW = sql.SQL("true")
 
 
 @dataclass(frozen=True)
-class Throughput:
-    orders: int                 # produced, aborted transactions included
+class Repetition:
     records: int                # committed records the checkpoint read (bad ones included)
-    produce: float              # seconds
-    plan: float
+    plan: float                 # seconds
     start_attempt: float
     job: SparkRun               # its report: records, rows per sink, seconds per phase
-    commit: float
+    commit: float               # the commit's transaction
+    clean_up: float             # the staging clean-up after it
     staged_rows: int            # every sink's staging rows and the dead letters
-    copy: float                 # COPY of the staged rows from files
-    append_rows: int
-    insert_select: float        # INSERT … SELECT of the append rows
+    copy_bare: float            # COPY of the staged rows from files into tables without an index
+    copy_like_staging: float    # the same into tables like staging
+    insert_select: float        # INSERT … SELECT of every sink's rows from the bare copies
     kafka_read: SparkRun
     at_least_once: SparkRun
     streaming: SparkRun
 
     @property
     def end_to_end(self) -> float:
-        return self.plan + self.start_attempt + self.job.seconds + self.commit
+        return self.plan + self.start_attempt + self.job.seconds + self.commit + self.clean_up
 
     def phase(self, name: str) -> float:
         return self.job.report["seconds"][name]
+
+    @property
+    def sink_rows(self) -> int:
+        """The staged rows of the sinks, without the dead letters: what the commit promotes into final tables."""
+        return self.staged_rows - self.job.report["rows"][DEAD_LETTERS]
 
     @property
     def spark_start_stop(self) -> float:
@@ -78,25 +88,54 @@ class Throughput:
         return self.job.seconds - sum(self.job.report["seconds"].values())
 
 
-class Bench:
-    """The benchmark pipeline of one size: names, tables, and what it runs."""
+@dataclass(frozen=True)
+class Throughput:
+    """The repetitions of one size."""
 
-    def __init__(self, orders: int, servers: str, db_url: str, folder: Path):
-        self.orders, self.servers, self.db_url = orders, servers, db_url
-        self.name = f"bench_{orders}"
+    orders: int                 # produced, aborted transactions included
+    produce: float              # seconds, once for all repetitions
+    repetitions: list[Repetition]
+
+    @property
+    def records(self) -> int:
+        return self.repetitions[0].records
+
+    def median(self, value: Callable[[Repetition], float]) -> float:
+        return statistics.median(value(r) for r in self.repetitions)
+
+
+def rotated(repetition: int) -> tuple[str, ...]:
+    """The jobs of a repetition, the first of the one before now last."""
+    shift = repetition % len(JOBS)
+    return JOBS[shift:] + JOBS[:shift]
+
+
+class Bench:
+    """One repetition's pipeline over the size's topic: names, tables, and what it runs."""
+
+    def __init__(self, orders: int, repetition: int, servers: str, db_url: str, folder: Path):
+        self.orders, self.repetition, self.servers, self.db_url = orders, repetition, servers, db_url
+        self.topic = f"bench_{orders}"
+        self.name = f"bench_{orders}_{repetition}"
         self.folder = folder / self.name
         self.folder.mkdir(parents=True, exist_ok=True)
         self.schemas = {v: f"{self.name}_{v}" for v in VARIANTS}
         self.limits_schema = f"{self.name}_limits"
-        self.config = demo_config(self.name, self.name, self.schemas["eo"])
-        self.ledger = Ledger(self.config, lambda: psycopg2.connect(db_url))
+        self.config = demo_config(self.name, self.topic, self.schemas["eo"])
+        self.marks = {}
+        self.ledger = Ledger(self.config, lambda: psycopg2.connect(db_url), fault=self.mark)
+
+    def mark(self, point: str) -> None:
+        """The ledger's fault points, timed (when the commit's transaction ended)."""
+        self.marks[point] = time.perf_counter()
+        faults.point(point)
 
     def execute(self, statement: str, params: dict | None = None, **identifiers) -> list[tuple]:
         return copies.execute(self.db_url, statement, params, **identifiers)
 
     def remove(self) -> None:
-        """Everything of this pipeline but the logs and reports in its folder."""
-        copies.remove(self.servers, self.db_url, self.config, [*self.schemas.values(), self.limits_schema])
+        """Everything of this pipeline but its topic, logs and reports."""
+        copies.forget(self.db_url, self.config, [*self.schemas.values(), self.limits_schema])
         for staged in self.folder.glob("staged-*.tsv"):
             staged.unlink()
         shutil.rmtree(self.streaming_checkpoint, ignore_errors=True)
@@ -114,40 +153,48 @@ class Bench:
         self.execute(Q["create_schema"], schema=sql.Identifier(self.limits_schema))
         self.ledger.register()
 
-    # -- the checkpoint ------------------------------------------------------------------
+    # -- one repetition ---------------------------------------------------------------------
 
-    def run(self) -> Throughput:
+    def run(self) -> Repetition:
         self.prepare()
-        with Stopwatch() as produced:
-            produce(self.servers, self.orders, seed=self.orders, topic=self.name, per_transaction=PER_TRANSACTION)
         # The pipeline's own run path (exactly_once.tasks), each task timed.
         with KafkaOffsets(KafkaClient.at(self.servers)) as kafka, Stopwatch() as plan:
             checkpoint = tasks.begin_checkpoint(self.ledger, kafka, "benchmark", None,
                                                 datetime.now(timezone.utc)).checkpoint
+        ranges = json.dumps([[r.topic, r.partition, r.start, r.end] for r in checkpoint.ranges if r.size])
+        peer = ["--pipeline", self.name, "--topic", self.topic]
+        runs = {
+            "exactly-once": lambda: self.checkpoint(checkpoint.id),
+            "kafka-read": lambda: submit(PEERS, ["kafka-read", ranges], self.folder / "kafka-read.log"),
+            "at-least-once": lambda: submit(PEERS, ["at-least-once", ranges, *peer, "--schema", self.schemas["alo"]],
+                                            self.folder / "at-least-once.log"),
+            "streaming": lambda: submit(PEERS, ["streaming", ranges, *peer, "--schema", self.schemas["ss"],
+                                                "--checkpoint-dir", str(self.streaming_checkpoint)],
+                                        self.folder / "streaming.log"),
+        }
+        done = {name: runs[name]() for name in rotated(self.repetition)}
+        self.check_peers_equal()
+        job, start_attempt, commit, clean_up, staged = done["exactly-once"]
+        copy_bare, copy_like_staging, insert_select = self.postgres_limits(staged)
+        return Repetition(job.report["records"], plan.seconds, start_attempt, job, commit, clean_up,
+                          sum(staged.values()), copy_bare, copy_like_staging, insert_select, done["kafka-read"],
+                          done["at-least-once"], done["streaming"])
+
+    def checkpoint(self, checkpoint_id: int) -> tuple[SparkRun, float, float, float, dict[str, int]]:
+        """The checkpoint's increment and commit: (its job, the time around the job, the commit's
+        transaction, the clean-up after it, the staged rows per table)."""
         jobs = []
         settings = JobSettings(self.db_url, KafkaClient.at(self.servers))  # as IncrementOperator hands them over
         with Stopwatch() as increment, settings.written() as settings_file:
-            tasks.run_increment(self.ledger, checkpoint.id, lambda arguments: jobs.append(
+            tasks.run_increment(self.ledger, checkpoint_id, lambda arguments: jobs.append(
                 submit(JOB, [*arguments, "--settings", str(settings_file)], self.folder / "increment.log")))
-        job = jobs[0]
-        staged = self.save_staging(checkpoint.id)
+        staged = self.save_staging(checkpoint_id)
         with Stopwatch() as commit:
-            outcome = tasks.commit_checkpoint(self.ledger, checkpoint.id, try_number=1)
+            outcome = tasks.commit_checkpoint(self.ledger, checkpoint_id, try_number=1)
         if outcome is not Outcome.COMMITTED:
-            raise AssertionError(f"{self.name}: checkpoint {checkpoint.id} {outcome}")
-        ranges = json.dumps([[r.topic, r.partition, r.start, r.end] for r in checkpoint.ranges if r.size])
-        copy, insert_select, append_rows = self.postgres_limits(staged)
-        kafka_read = submit(PEERS, ["kafka-read", ranges], self.folder / "kafka-read.log")
-        peer = ["--pipeline", self.name, "--topic", self.name]
-        at_least_once = submit(PEERS, ["at-least-once", ranges, *peer, "--schema", self.schemas["alo"]],
-                               self.folder / "at-least-once.log")
-        streaming = submit(PEERS, ["streaming", ranges, *peer, "--schema", self.schemas["ss"],
-                                   "--checkpoint-dir", str(self.streaming_checkpoint)], self.folder / "streaming.log")
-        self.check_peers_equal()
-        return Throughput(self.orders, job.report["records"], produced.seconds, plan.seconds,
-                          increment.seconds - job.seconds,
-                          job, commit.seconds, sum(staged.values()), copy, append_rows, insert_select, kafka_read,
-                          at_least_once, streaming)
+            raise AssertionError(f"{self.name}: checkpoint {checkpoint_id} {outcome}")
+        transaction = self.marks["commit.before_clean_up"] - commit.started
+        return jobs[0], increment.seconds - jobs[0].seconds, transaction, commit.seconds - transaction, staged
 
     def save_staging(self, checkpoint_id: int) -> dict[str, int]:
         """Each staging table's rows of the checkpoint into a file (between pre-commit and
@@ -161,28 +208,33 @@ class Bench:
                 rows[name] = cur.rowcount
         return rows
 
-    def postgres_limits(self, staged: dict[str, int]) -> tuple[float, float, int]:
-        """COPY of every staged row from the files into tables like staging (indexes
-        included), then INSERT … SELECT of the append sink's rows into a table like its final
-        table (unique index included). Seconds of each, and the append rows."""
-        limits = {name: sql.Identifier(self.limits_schema, f"staged_{name.strip('_')}")
-                  for name in staging_tables(self.config)}
-        for name, staging in staging_tables(self.config).items():
-            self.execute(Q["create_like_staging"], table=limits[name], staging=staging)
-        copy = 0.0
-        with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur:
-            for name, table in limits.items():
-                with (self.folder / f"staged-{name}.tsv").open() as source, Stopwatch() as loaded:
+    def postgres_limits(self, staged: dict[str, int]) -> tuple[float, float, float]:
+        """Seconds of: COPY of every staged row from the files into bare tables, and into
+        tables like staging (its index); INSERT … SELECT of every sink's rows from the bare
+        tables into tables like its final table (its unique indexes)."""
+        tables = staging_tables(self.config)
+        seconds = {}
+        for like in ("create_bare_like", "create_like_staging"):
+            seconds[like] = 0.0
+            for name, staging in tables.items():
+                table = sql.Identifier(self.limits_schema, f"{like}_{name.strip('_')}")
+                self.execute(Q[like], table=table, staging=staging)
+                with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur, \
+                        (self.folder / f"staged-{name}.tsv").open() as source, Stopwatch() as loaded:
                     cur.copy_expert(sql.SQL(Q["copy_in"]).format(table=table).as_string(cur), source)
                     conn.commit()
-                copy += loaded.seconds
-        append = next(s for s in self.config.sinks if s.mode == "append")
-        target = sql.Identifier(self.limits_schema, "final_orders")
-        self.execute(Q["create_like_final"], table=target, final=final_table(append))
-        columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in self.ledger.final_columns()[append.name])
-        with Stopwatch() as insert_select:
-            self.execute(Q["insert_select"], table=target, source=limits[append.name], columns=columns)
-        return copy, insert_select.seconds, staged[append.name]
+                seconds[like] += loaded.seconds
+        insert_select = 0.0
+        columns = self.ledger.final_columns()
+        for sink in self.config.sinks:
+            target = sql.Identifier(self.limits_schema, f"final_{sink.name}")
+            self.execute(Q["create_like_final"], table=target, final=final_table(sink))
+            names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns[sink.name])
+            with Stopwatch() as inserted:
+                self.execute(Q["insert_select"], table=target, columns=names,
+                             source=sql.Identifier(self.limits_schema, f"create_bare_like_{sink.name}"))
+            insert_select += inserted.seconds
+        return seconds["create_bare_like"], seconds["create_like_staging"], insert_select
 
     # -- the peers' tables equal the checkpoint's --------------------------------------------
 
@@ -221,9 +273,19 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self.started
 
 
-def measure(orders: int, servers: str, db_url: str, folder: Path) -> Throughput:
-    bench = Bench(orders, servers, db_url, folder)
+def measure(orders: int, servers: str, db_url: str, folder: Path, repetitions: int) -> Throughput:
+    topic = f"bench_{orders}"
+    copies.delete_topic(servers, topic)
     try:
-        return bench.run()
+        with Stopwatch() as produced:
+            produce(servers, orders, seed=orders, topic=topic, per_transaction=PER_TRANSACTION)
+        done = []
+        for repetition in range(repetitions):
+            bench = Bench(orders, repetition, servers, db_url, folder)
+            try:
+                done.append(bench.run())
+            finally:
+                bench.remove()
+        return Throughput(orders, produced.seconds, done)
     finally:
-        bench.remove()
+        copies.delete_topic(servers, topic)

@@ -354,6 +354,35 @@ def test_staging_rows_deleted_after_pre_commit_are_refused_and_the_checkpoint_ru
     pipeline.assert_exact()
 
 
+@pytest.mark.parametrize("after", ["a retried commit", "the next recovery"])
+def test_a_crash_between_a_commit_and_its_staging_clean_up_leaves_the_rows_to_be_deleted(
+        ledger_db, kafka_servers, topic, after):
+    def crash(point: str) -> None:
+        if point == "commit.before_clean_up":
+            raise RuntimeError("crashed after the commit transaction")
+
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, fault=crash)
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    committable = pipeline.driver.run(checkpoint.id)
+    with pytest.raises(RuntimeError, match="crashed after the commit transaction"):
+        pipeline.ledger.commit(checkpoint.id)
+    assert state(pipeline, checkpoint.id) == "committed"
+    pipeline.assert_exact()
+    with closing(psycopg2.connect(ledger_db)) as conn:
+        assert any(v.startswith("staging_left_behind") for v in violations(conn, pipeline.config))
+    # A committed checkpoint's rows are no commit's to promote: either deletes them.
+    staged = sum(s.rows for s in committable.staged.values())
+    if after == "a retried commit":
+        assert pipeline.ledger.commit(checkpoint.id) is Outcome.ALREADY_COMMITTED
+        assert pipeline.ledger.recover().stale_staging_rows == 0
+    else:
+        assert pipeline.ledger.recover().stale_staging_rows == staged > 0
+    with closing(psycopg2.connect(ledger_db)) as conn:
+        assert violations(conn, pipeline.config) == []
+    pipeline.assert_exact()
+
+
 def test_an_abandoned_checkpoint_is_taken_over_after_its_lease_exactly(ledger_db, kafka_servers, topic):
     now = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
     pipeline = Pipeline(ledger_db, kafka_servers, topic, clock=lambda: now[0], lease="PT10M")
