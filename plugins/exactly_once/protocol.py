@@ -12,7 +12,8 @@
 States and values are in exactly_once.checkpoints, their transitions drawn in
 sql/migrations/0001_ledger.sql; rows are read and written by ledger_rows. A step
 returns an `Outcome` or a value; a refusal is a `ProtocolError` saying what happened
-and whether a retry may help. Nothing is logged and dropped.
+and whether a retry may help. Nothing is logged and dropped but a failed staging
+clean-up after a commit, which a retried commit or the next recovery does again.
 """
 
 from __future__ import annotations
