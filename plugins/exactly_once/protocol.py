@@ -10,15 +10,15 @@
     abort                              abort(), abort_attempt()
 
 States and values are in exactly_once.checkpoints, their transitions drawn in
-sql/migrations/0001_ledger.sql; rows are read and written by ledger_rows. A step
-returns an `Outcome` or a value; a refusal is a `ProtocolError` saying what happened
-and whether a retry may help. Nothing is logged and dropped but a failed staging
-clean-up after a commit, which a retried commit or the next recovery does again.
+sql/migrations/0001_ledger.sql; rows are read and written by ledger_rows, staged rows
+promoted by promotion. A step returns an `Outcome` or a value; a refusal is a
+`ProtocolError` saying what happened and whether a retry may help. Nothing is logged
+and dropped but a failed staging clean-up after a commit, which a retried commit or
+the next recovery does again.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
@@ -33,13 +33,11 @@ from exactly_once.checkpoints import (Attempt, AttemptState, Begun, Checkpoint, 
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.errors import (Fenced, NotPreCommitted, NotRunnable, PromotionRefused, SentBack, StagedDataChanged,
                                  StagingIncomplete, Stalled)
-from exactly_once.isolation import record_failure
 from exactly_once.ledger_rows import LedgerRows, attempt_config, registered_config
 from exactly_once.planning import OffsetSource, PartitionOffsets, Reach, plan_checkpoint
+from exactly_once.promotion import promote
 from exactly_once.registration import final_columns, register
 from exactly_once.row_checks import ColumnType
-from exactly_once.sqlfiles import named
-from exactly_once.tables import DEAD_LETTERS
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +187,8 @@ class Ledger:
                 staged = rows.staged(checkpoint_id, committable.attempt)
                 promoted = staged == committable.staged
                 if promoted:
-                    self._promote(rows, committable)
+                    promote(rows, committable, self._clock())
+                    self._fault("commit.before_commit")
             if promoted:
                 self._fault("commit.before_clean_up")
                 self._clean_up(checkpoint_id)
@@ -218,41 +217,6 @@ class Ledger:
         except psycopg2.Error as error:
             log.warning("checkpoint %s is committed; its staging clean-up failed and is left to a retry or the "
                         "next recovery: %s", checkpoint_id, error)
-
-    def _promote(self, rows: LedgerRows, committable: Committable) -> None:
-        """Every sink's staged rows of the pre-committed attempt, the dead letters and the
-        ranges, in the caller's transaction; the checkpoint is committed with them. A
-        reprocessing replaces the replayed checkpoint's contribution instead (its ranges
-        are committed already) and records the rows taken back and put in per sink."""
-        now = self._clock()
-        reprocessing = committable.replays is not None
-        params = {"checkpoint_id": committable.checkpoint_id, "attempt": committable.attempt, "now": now,
-                  "slot": committable.slot}
-        rows.lock_commits(alone=reprocessing)
-        taken_back = {}
-        for sink in self.config.sinks:
-            try:
-                for step, statement in enumerate(rows.promotion(sink, reprocessing)):
-                    rows.cur.execute(statement, params)
-                    if reprocessing and step == 0:  # forget: the rows taken back
-                        taken_back[sink.name] = rows.cur.rowcount
-            except psycopg2.Error as error:
-                failure = record_failure(error)
-                if failure is None:
-                    raise
-                raise PromotionRefused(f"{PromotionRefused.PREFIX}: sink {sink.name}: {failure[1]}") from error
-        dead_letters = named("merge/dead_letters.sql")
-        if reprocessing:
-            rows.cur.execute(dead_letters["forget"], params)
-            taken_back[DEAD_LETTERS] = rows.cur.rowcount
-        rows.cur.execute(dead_letters["promote"], params)
-        if not reprocessing:
-            rows.run("promote_ranges", **params)
-        replaced = {name: {"old": old, "new": committable.staged[name].rows} for name, old in taken_back.items()}
-        rows.run("mark_committed", **params, replaced=json.dumps(replaced) if reprocessing else None)
-        rows.end_attempts(committable.checkpoint_id, committable.attempt, AttemptState.PRECOMMITTED,
-                          AttemptState.COMMITTED, None, now)
-        self._fault("commit.before_commit")
 
     # -- abort and recovery -------------------------------------------------------------
 
