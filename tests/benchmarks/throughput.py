@@ -213,17 +213,17 @@ class Bench:
         tables like staging (its index); INSERT … SELECT of every sink's rows from the bare
         tables into tables like its final table (its unique indexes)."""
         tables = staging_tables(self.config)
-        seconds = {}
-        for like in ("create_bare_like", "create_like_staging"):
-            seconds[like] = 0.0
+        created_by = {"bare": "create_bare_like", "like_staging": "create_like_staging"}
+        seconds = dict.fromkeys(created_by, 0.0)
+        for shape, create in created_by.items():
             for name, staging in tables.items():
-                table = sql.Identifier(self.limits_schema, f"{like}_{name.strip('_')}")
-                self.execute(Q[like], table=table, staging=staging)
+                table = sql.Identifier(self.limits_schema, f"{shape}_{name.strip('_')}")
+                self.execute(Q[create], table=table, staging=staging)
                 with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur, \
                         (self.folder / f"staged-{name}.tsv").open() as source, Stopwatch() as loaded:
                     cur.copy_expert(sql.SQL(Q["copy_in"]).format(table=table).as_string(cur), source)
                     conn.commit()
-                seconds[like] += loaded.seconds
+                seconds[shape] += loaded.seconds
         insert_select = 0.0
         columns = self.ledger.final_columns()
         for sink in self.config.sinks:
@@ -232,9 +232,9 @@ class Bench:
             names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns[sink.name])
             with Stopwatch() as inserted:
                 self.execute(Q["insert_select"], table=target, columns=names,
-                             source=sql.Identifier(self.limits_schema, f"create_bare_like_{sink.name}"))
+                             source=sql.Identifier(self.limits_schema, f"bare_{sink.name}"))
             insert_select += inserted.seconds
-        return seconds["create_bare_like"], seconds["create_like_staging"], insert_select
+        return seconds["bare"], seconds["like_staging"], insert_select
 
     # -- the peers' tables equal the checkpoint's --------------------------------------------
 
