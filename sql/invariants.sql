@@ -83,5 +83,5 @@ FROM {staging} s
 JOIN exactly_once.checkpoints k ON k.id = s.checkpoint_id
 WHERE k.pipeline = %(pipeline)s
   AND NOT (k.state = 'running' AND abs(s.attempt) = k.attempt)
-  AND NOT (k.state = 'precommitted' AND s.attempt = k.precommitted_attempt)
+  AND NOT (k.state IN ('precommitted', 'stalled') AND s.attempt = coalesce(k.precommitted_attempt, 0))
 GROUP BY s.checkpoint_id, s.attempt, k.state, k.attempt;

@@ -40,14 +40,6 @@ CREATE TABLE IF NOT EXISTS {contributions} AS SELECT {columns}, 0::bigint AS che
 CREATE INDEX IF NOT EXISTS {by_checkpoint} ON {contributions} (checkpoint_id);
 CREATE INDEX IF NOT EXISTS {by_keys} ON {contributions} ({keys});
 
--- name: add_contribution_column
--- A column the final table gained (a new measure): earlier contributions have none.
-ALTER TABLE {contributions} ADD COLUMN {column} {type};
-
--- name: column_type
-SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-WHERE attrelid = to_regclass(%(table)s) AND attname = %(column)s AND NOT attisdropped;
-
 -- name: table_columns
 SELECT a.attname::text
 FROM pg_attribute a
@@ -63,8 +55,15 @@ WHERE i.indrelid = to_regclass(%(table)s) AND i.indisunique AND i.indpred IS NUL
 GROUP BY i.indexrelid;
 
 -- name: create_staging
+-- Insert-only, a pre-committed attempt's rows frozen (sql/migrations/0009_commit_stalls_and_frozen_staging.sql).
 CREATE TABLE IF NOT EXISTS {staging} (LIKE {final}, checkpoint_id bigint NOT NULL, attempt int NOT NULL);
 CREATE INDEX IF NOT EXISTS {staging_index} ON {staging} (checkpoint_id, attempt);
+CREATE OR REPLACE TRIGGER frozen_inserts AFTER INSERT ON {staging} REFERENCING NEW TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION exactly_once.freeze_precommitted_staging();
+CREATE OR REPLACE TRIGGER frozen_deletes AFTER DELETE ON {staging} REFERENCING OLD TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION exactly_once.freeze_precommitted_staging();
+CREATE OR REPLACE TRIGGER no_updates BEFORE UPDATE ON {staging}
+    FOR EACH STATEMENT EXECUTE FUNCTION exactly_once.freeze_precommitted_staging();
 
 -- name: staged_summary
 -- Row count of one attempt's staging rows. Writers only ever add rows (only the ledger
@@ -86,16 +85,17 @@ WHERE checkpoint_id = %(checkpoint_id)s AND (%(attempt)s::int IS NULL OR attempt
 -- (Ledger.commit). Live rows belong to a running checkpoint's current attempt
 -- (tagged with its number, or its negative while it probes: exactly_once.staging) or
 -- to the pre-committed attempt; each statement sees one snapshot of both tables, and an
--- attempt writes only after start_attempt committed, so live rows are never matched.
+-- attempt writes only after start_attempt committed, so live rows are never matched. A
+-- checkpoint stalled at commit keeps its pre-committed rows.
 DELETE FROM {staging} s
 USING exactly_once.checkpoints k
 WHERE k.id = s.checkpoint_id AND k.pipeline = %(pipeline)s
   AND NOT (k.state = 'running' AND abs(s.attempt) = k.attempt)
-  AND NOT (k.state = 'precommitted' AND s.attempt = k.precommitted_attempt);
+  AND NOT (k.state IN ('precommitted', 'stalled') AND s.attempt = coalesce(k.precommitted_attempt, 0));
 
 -- name: checkpoint
 SELECT id, dag_run_id, state::text, attempt, interval_start, interval_end, lease_until,
-       precommitted_attempt, staged, records, reason, replays
+       precommitted_attempt, staged, records, reason, replays, commit_failures
 FROM exactly_once.checkpoints
 WHERE id = %(checkpoint_id)s AND pipeline = %(pipeline)s
 FOR UPDATE;
@@ -246,11 +246,13 @@ UPDATE exactly_once.checkpoints SET state = 'aborted', reason = %(reason)s WHERE
 UPDATE exactly_once.checkpoint_ranges SET released = true WHERE checkpoint_id = %(checkpoint_id)s;
 
 -- name: recoverable
--- Pre-committed checkpoints (to commit) and abandoned ones whose lease ran out (to abort).
+-- Pre-committed checkpoints (to commit) and abandoned ones whose lease ran out (to abort),
+-- but for those of the run that recovers (a cleared run resumes its own checkpoint).
 SELECT id, state::text
 FROM exactly_once.checkpoints
 WHERE pipeline = %(pipeline)s
-  AND (state = 'precommitted' OR (state IN ('planned', 'running') AND lease_until < %(now)s))
+  AND (state = 'precommitted'
+       OR (state IN ('planned', 'running') AND lease_until < %(now)s AND dag_run_id <> %(own_run)s))
 ORDER BY id;
 
 -- name: failed_attempts
@@ -262,6 +264,42 @@ ORDER BY attempt DESC;
 
 -- name: mark_stalled
 UPDATE exactly_once.checkpoints SET state = 'stalled', reason = %(reason)s WHERE id = %(checkpoint_id)s;
+
+-- name: record_commit_failure
+-- A failed commit of a pre-committed checkpoint, which keeps its pre-commit: stalled when
+-- %(stalled)s, else left pre-committed for a retry or the next recovery.
+UPDATE exactly_once.checkpoints
+SET reason = %(reason)s, commit_failures = %(failures)s,
+    state = CASE WHEN %(stalled)s THEN 'stalled'::exactly_once.checkpoint_state ELSE state END
+WHERE id = %(checkpoint_id)s;
+
+-- name: renew_lease
+-- The heartbeat of a running attempt: its lease is extended while its task lives.
+UPDATE exactly_once.checkpoints SET lease_until = %(lease_until)s
+WHERE id = %(checkpoint_id)s AND state = 'running' AND attempt = %(attempt)s;
+
+-- name: lease_expiries
+-- How many checkpoints of the pipeline a lease expiry aborted whose ranges overlap these
+-- offsets [from_offset, to_offset) of one partition.
+SELECT count(DISTINCT k.id)
+FROM exactly_once.checkpoint_ranges r
+JOIN exactly_once.checkpoints k ON k.id = r.checkpoint_id
+WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND r.released
+  AND k.state = 'aborted' AND k.reason LIKE %(prefix)s
+  AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s);
+
+-- name: split_released
+-- A plan takes the first part of a released range (the per-run cap): the rest, from
+-- %(cut)s, stays released under the aborted checkpoint, for a later plan.
+INSERT INTO exactly_once.checkpoint_ranges
+    (checkpoint_id, pipeline, topic, partition, from_offset, to_offset, released)
+SELECT checkpoint_id, pipeline, topic, partition, %(cut)s, to_offset, true
+FROM exactly_once.checkpoint_ranges
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s
+  AND from_offset = %(from_offset)s AND to_offset = %(to_offset)s AND released AND replanned_by IS NULL;
+UPDATE exactly_once.checkpoint_ranges SET to_offset = %(cut)s
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s
+  AND from_offset = %(from_offset)s AND to_offset = %(to_offset)s AND released AND replanned_by IS NULL;
 
 -- name: stalled
 -- The pipeline's stalled checkpoints, oldest first.
@@ -312,3 +350,116 @@ SELECT EXISTS (
       AND (a.checkpoint_id = %(checkpoint_id)s
            OR a.checkpoint_id IN (SELECT r.checkpoint_id FROM exactly_once.checkpoint_ranges r
                                   WHERE r.replanned_by = %(checkpoint_id)s)));
+
+-- name: column_shapes
+-- Each column of a table as a staging or contributions table copies it from its final
+-- table: its type (as ALTER … TYPE takes it), NOT NULL, and its default's expression (none
+-- for a generated column, whose expression is no default).
+SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END
+FROM pg_attribute a
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = to_regclass(%(table)s) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum;
+
+-- name: follow_added_column
+-- A column the final table gained: the rows already there (a pre-committed checkpoint's,
+-- committed contributions) take the final's default, as its own rows did ({default} is
+-- `DEFAULT <expression>` or nothing); the ledger table keeps no default, since whatever
+-- writes to it names every column.
+ALTER TABLE {table} ADD COLUMN {column} {type} {default};
+ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT;
+
+-- name: follow_dropped_column
+ALTER TABLE {table} DROP COLUMN {column};
+
+-- name: follow_type
+-- No USING: the values convert as the promotion's INSERT would convert them (an assignment
+-- cast, which refuses a value too long for a shorter varchar rather than cutting it).
+ALTER TABLE {table} ALTER COLUMN {column} TYPE {type};
+
+-- name: follow_nullability
+-- {change} is SET or DROP.
+ALTER TABLE {table} ALTER COLUMN {column} {change} NOT NULL;
+
+-- name: before_change_rows_may_refuse
+SAVEPOINT following_final_table;
+
+-- name: change_refused
+ROLLBACK TO SAVEPOINT following_final_table;
+
+-- name: change_made
+RELEASE SAVEPOINT following_final_table;
+
+-- name: create_like_earlier_table
+-- A sink's table under the earlier naming rule (no length prefix), which two pipelines could share,
+-- locked so that their registrations take their rows out of it one after the other; the
+-- table of the current rule starts with its shape, so the rows move as they are.
+LOCK TABLE {earlier} IN ACCESS EXCLUSIVE MODE;
+CREATE TABLE IF NOT EXISTS {table} (LIKE {earlier});
+
+-- name: move_from_earlier_table
+-- The rows of the pipeline's checkpoints (a row's checkpoint says whose it is), each one
+-- kept as it is: the triggers that keep writers off a pre-committed attempt's rows are off
+-- for the move.
+ALTER TABLE {earlier} DISABLE TRIGGER USER;
+ALTER TABLE {table} DISABLE TRIGGER USER;
+WITH moved AS (
+    DELETE FROM {earlier} e
+    USING exactly_once.checkpoints k
+    WHERE k.id = e.checkpoint_id AND k.pipeline = %(pipeline)s
+    RETURNING e.*
+)
+INSERT INTO {table} ({columns}) SELECT {columns} FROM moved;
+ALTER TABLE {earlier} ENABLE TRIGGER USER;
+ALTER TABLE {table} ENABLE TRIGGER USER;
+
+-- name: drop_table_if_empty
+-- An earlier table goes once no pipeline's rows are left in it.
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT FROM {table}) THEN
+        DROP TABLE {table};
+    END IF;
+END $$;
+
+-- name: partition_state
+SELECT start_offset, frontier FROM exactly_once.partitions
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s
+FOR UPDATE;
+
+-- name: reset_partition
+-- An operator's reset of a partition whose offsets went backwards: the partition's history
+-- (committed ranges, gaps, checkpoints' ranges, dead letters, dead-lettered ranges) is kept
+-- under %(label)s, which no Kafka topic can be named ('@' is not allowed there), so the
+-- offsets of the records the partition holds now are free to plan from %(to_offset)s on.
+UPDATE exactly_once.committed_ranges SET topic = %(label)s
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s;
+UPDATE exactly_once.gaps SET topic = %(label)s
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s;
+UPDATE exactly_once.checkpoint_ranges SET topic = %(label)s
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s;
+UPDATE exactly_once.dead_letters SET topic = %(label)s
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s;
+UPDATE exactly_once.operator_actions SET topic = %(label)s
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s AND action = 'dead_letter';
+UPDATE exactly_once.partitions SET start_offset = %(to_offset)s, frontier = %(to_offset)s
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s;
+
+-- name: relabel_append_rows
+-- An append sink's rows of a reset partition, kept under the same label as its history:
+-- the records the partition holds now take their offsets.
+UPDATE {final} SET kafka_topic = %(label)s WHERE kafka_topic = %(topic)s AND kafka_partition = %(partition)s;
+
+-- name: reset_count
+SELECT count(*) FROM exactly_once.operator_actions
+WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s AND action = 'reset_partition';
+
+-- name: staging_ready
+-- Whether a staging table exists with its index and triggers (registration then runs no DDL).
+SELECT to_regclass(%(table)s) IS NOT NULL AND to_regclass(%(index)s) IS NOT NULL
+   AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(%(table)s)
+          AND tgname IN ('frozen_inserts', 'frozen_deletes', 'no_updates')) = 3;
+
+-- name: contributions_ready
+SELECT to_regclass(%(table)s) IS NOT NULL AND to_regclass(%(by_checkpoint)s) IS NOT NULL
+   AND to_regclass(%(by_keys)s) IS NOT NULL;

@@ -9,10 +9,15 @@ WHERE name = %(pipeline)s AND dag_id IS DISTINCT FROM %(dag_id)s;
 SELECT name, dag_id FROM exactly_once.pipelines ORDER BY name;
 
 -- name: dead_letter_reasons
-SELECT reason, count(*) FROM exactly_once.dead_letters
+-- Dead letters per kind of reason, the most frequent %(limit)s kinds: a reason's numbers
+-- of two digits or more (values of the record: a price, a length, a timestamp) are one
+-- kind (`#`), and its text is cut.
+SELECT left(regexp_replace(reason, '\m([0-9]{2,}|[0-9]+\.[0-9]+)(\.[0-9]+)*\M', '#', 'g'), %(characters)s) AS kind, count(*)
+FROM exactly_once.dead_letters
 WHERE pipeline = %(pipeline)s
-GROUP BY reason
-ORDER BY count(*) DESC, reason;
+GROUP BY kind
+ORDER BY count(*) DESC, kind
+LIMIT %(limit)s;
 
 -- name: newest_dead_letters
 -- The newest dead letters, the first bytes of each value only (a value may be megabytes).

@@ -74,13 +74,23 @@ def _append(sink: Sink, good: list[tuple[Record, Row]]) -> list[Row]:
 
 
 def _upsert(sink: Sink, good: list[tuple[Record, Row]]) -> list[Row]:
-    """Per key, the row of the record with the highest (offset, partition)."""
-    newest: dict[tuple, tuple[Record, Row]] = {}
+    """Per key, the row with its coordinates that is highest in the sink's order."""
+    newest: dict[tuple, Row] = {}
     for record, row in good:
+        row = {**row, **_coordinates(record)}
         key = tuple(row[k] for k in sink.keys)
-        if key not in newest or (record.offset, record.partition) > (newest[key][0].offset, newest[key][0].partition):
-            newest[key] = record, row
-    return [{**row, **_coordinates(record)} for record, row in newest.values()]
+        if key not in newest or _upsert_order(sink, row) > _upsert_order(sink, newest[key]):
+            newest[key] = row
+    return list(newest.values())
+
+
+def _upsert_order(sink: Sink, row: Row) -> tuple:
+    """The documented rule, stated apart from the library's: by `order_by`, then topic
+    (compared by code point, as bytes of UTF-8), partition and offset; without `order_by`,
+    by offset, then partition."""
+    if sink.order_by is None:
+        return row[KAFKA_OFFSET], row[KAFKA_PARTITION]
+    return row[sink.order_by], row[KAFKA_TOPIC], row[KAFKA_PARTITION], row[KAFKA_OFFSET]
 
 
 _FOLDS: dict[str, Callable[[list], Any]] = {"count": len, "sum": sum, "min": min, "max": max}

@@ -99,11 +99,14 @@ def reprocess_param() -> Param:
 
 
 def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_retries: int = 4,
-                     spark_conn_id: str = SPARK):
+                     spark_conn_id: str = SPARK, begin_retries: int = 3,
+                     increment_timeout: timedelta = timedelta(hours=6)):
     """The three tasks of a pipeline run, chained; call inside a DAG. A failed attempt is
-    retried on the same frozen ranges (Flink's restart strategy), with back-off. The
+    retried on the same frozen ranges (Flink's restart strategy), with back-off; so is a
+    begin that failed for a reason a retry may fix (a Kafka blip, a deadlock). The
     increment's tries must reach the pipeline's `stall_after`, or a failure that persists
-    would end each run without stalling its checkpoint. `spark_conn_id`: the Spark
+    would end each run without stalling its checkpoint; a try that runs longer than
+    `increment_timeout` is stopped and counts as failed. `spark_conn_id`: the Spark
     connection its jobs run on (exactly_once.spark_jobs). Declares the DAG's `reprocess`
     parameter, so the trigger and backfill forms show it."""
     if config.stall_after > increment_retries + 1:
@@ -111,7 +114,8 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                           f"task's {increment_retries + 1} tries (increment_retries + 1): a failure that persists "
                           "would never stall its checkpoint")
 
-    @task.short_circuit(task_id="begin_checkpoint")
+    @task.short_circuit(task_id="begin_checkpoint", retries=begin_retries, retry_delay=timedelta(seconds=10),
+                        retry_exponential_backoff=True)
     def begin_checkpoint(**context) -> int | None:
         with airflow_outcome():
             problems = connection_problems((PIPELINE_DB, KAFKA, spark_conn_id))
@@ -137,7 +141,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
     begun = begin_checkpoint()
     increment = IncrementOperator(task_id="increment", config=config, conn_id=spark_conn_id,
                                   retries=increment_retries, retry_delay=timedelta(seconds=30),
-                                  retry_exponential_backoff=True)
+                                  retry_exponential_backoff=True, execution_timeout=increment_timeout)
     begun >> increment >> commit()
     if REPROCESS not in increment.dag.params:
         increment.dag.params[REPROCESS] = reprocess_param()

@@ -74,6 +74,12 @@ class Checkpoint:
     records: int | None = None                   # Kafka records the pre-committed attempt read
     reason: str | None = None                    # why it was last aborted or sent back
     replays: int | None = None                   # a reprocessing: the committed checkpoint it replays
+    commit_failures: int = 0                     # failed commits of one cause in a row
+
+    @property
+    def awaits_commit(self) -> bool:
+        """Its pre-commit stands: pre-committed, or stalled at commit (which keeps it)."""
+        return self.state in (State.PRECOMMITTED, State.STALLED) and self.precommitted_attempt is not None
 
     @property
     def slot(self) -> int:
@@ -88,7 +94,7 @@ class Checkpoint:
     @property
     def committable(self) -> Committable:
         """What its pre-commit recorded: the one attempt commit may promote."""
-        if self.state is not State.PRECOMMITTED:
+        if not self.awaits_commit:
             raise ValueError(f"checkpoint {self.id} is {self.state.value}: nothing is pre-committed")
         return Committable(self.id, self.precommitted_attempt, self.ranges, self.staged, self.replays)
 
@@ -113,6 +119,20 @@ def cause(reason: str) -> str:
     numbers and hex ids (attempt and checkpoint ids, Spark stage and task ids, timings,
     UUIDs, object addresses)."""
     return re.sub(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F-]*\d[0-9a-fA-F-]*\b|\d+", "#", reason)
+
+
+# Classes of PostgreSQL errors that a later try of the same commit may not meet again:
+# a lost connection, a serialization failure or deadlock, a lack of resources, a
+# statement cancelled (a timeout), an operator's intervention.
+TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")
+
+
+def commit_stalls(sqlstate: str | None, failures: int, stall_after: int) -> bool:
+    """Whether a commit that failed `failures` times in a row for one cause stalls its
+    checkpoint: at once when no retry can fix the cause (a permission, a missing column,
+    a clash in the ledger), after `stall_after` failures when a retry might."""
+    transient = sqlstate is None or sqlstate.startswith(TRANSIENT_SQLSTATE_CLASSES)
+    return not transient or failures >= stall_after
 
 
 def stalls(failures: list[Attempt], stall_after: int) -> bool:

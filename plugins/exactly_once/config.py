@@ -88,11 +88,18 @@ class Sink(_Frozen):
     table: QualifiedTable = Field(description="Final table, 'schema.table' or 'table'; created by the user.")
     mode: str = Field(
         description="How rows merge, a module of exactly_once.sinks: append: a row per record; upsert: by key, "
-                    "the highest offset wins; aggregate: measures of each group are added.",
+                    "the newest row wins (see `order_by`); aggregate: measures of each group are added.",
         json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.sinks")))
     keys: tuple[Column, ...] = Field((), description="upsert: the key columns; aggregate: the group columns.")
     measures: dict[Column, Literal["sum", "count", "min", "max"]] = Field(
         {}, description="aggregate only: column -> how it merges.")
+    order_by: Column | None = Field(
+        None, description="upsert only: the column that says which of a key's rows is newest, e.g. an event "
+                          "time (a number, date or timestamp, never null): the row highest in (order_by, "
+                          "kafka_topic, kafka_partition, kafka_offset) wins, whatever order checkpoints commit "
+                          "in. Without it the highest (kafka_offset, kafka_partition) wins, which holds only "
+                          "while each key's records are in one partition of one topic: required with several "
+                          "topics, and before partitions are added.")
 
     @field_validator("mode")
     @classmethod
@@ -104,6 +111,8 @@ class Sink(_Frozen):
 
     @model_validator(mode="after")
     def _mode_fits(self) -> Sink:
+        if self.order_by is not None and self.mode != "upsert":
+            raise ValueError(f"order_by is for upsert sinks, not {self.mode} sinks")
         self.strategy.check(self)
         return self
 
@@ -135,6 +144,11 @@ class PipelineConfig(_Frozen):
         False, description="If records were deleted by retention before they were read: record the gap "
                            "and go on (true) or stop with an error naming the partition (false).")
     max_records_per_run: PositiveInt | None = Field(None, description="Cap on the records one checkpoint plans.")
+    max_record_bytes: PositiveInt | None = Field(
+        None, description="A record whose key and value together are larger is a dead letter, before its value is "
+                          "parsed; it also bounds the bytes of what one Spark task reads and one batch of staging "
+                          "writes buffers (by records of this size). None: no bound (tasks of 250,000 offsets, "
+                          "batches of 10,000 rows).")
     stall_after: PositiveInt = Field(
         3, description="A checkpoint whose attempts fail this many times in a row for one cause (or once "
                        "in a way no retry can fix) is stalled: every later run fails naming it until an "
@@ -150,6 +164,22 @@ class PipelineConfig(_Frozen):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"sink names must be unique, repeated: {duplicates}")
+        return self
+
+    @model_validator(mode="after")
+    def _upsert_order_defined(self) -> PipelineConfig:
+        """Offsets of two topics do not compare, so which of a key's rows is newest would depend
+        on commit order: with several topics, every upsert sink needs its `order_by`."""
+        from exactly_once.sinks.upsert import by_offset  # not at the top: the sink modes import this module
+
+        topics = sorted(set(self.source.topics))
+        errors = [InitErrorDetails(type=PydanticCustomError(
+                      "order_by", f"sink {sink.name!r} is an upsert sink ordered by offset, and offsets of the "
+                                  f"topics {topics} do not compare: give it an order_by column (an event time, "
+                                  "say)"), loc=("sinks", i, "order_by"), input=None)
+                  for i, sink in enumerate(self.sinks) if len(topics) > 1 and by_offset(sink)]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
 
     def sink(self, name: str) -> Sink:

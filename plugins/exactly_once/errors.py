@@ -11,6 +11,7 @@ causes: `ConfigError` (config.py), `SinkTableError` (registration.py),
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ class NotRunnable(ProtocolError):
         from exactly_once.checkpoints import State  # not at the top: checkpoints imports (via planning) this module
 
         self.state = checkpoint.state
+        self.done = checkpoint.awaits_commit or checkpoint.state is State.COMMITTED  # its attempt's work is done
         why = {State.PRECOMMITTED: "its attempt is pre-committed and waits for commit",
+               State.STALLED: "its attempt is pre-committed and its commit is stalled: clear its commit task",
                State.COMMITTED: "it is already committed",
                State.ABORTED: "it was aborted and its ranges were planned again by a later checkpoint"}
         super().__init__(f"checkpoint {checkpoint.id} cannot start an attempt: {why[checkpoint.state]}")
@@ -105,14 +108,40 @@ class Stalled(ProtocolError):
     def __init__(self, pipeline: str, checkpoint: Checkpoint):
         self.checkpoint_id = checkpoint.id
         ranges = ", ".join(r.label for r in checkpoint.ranges if r.size)
+        what, task = ("its commit keeps failing (its pre-commit is kept)", "commit") if checkpoint.awaits_commit \
+            else ("keeps failing", "increment")
         super().__init__(
             f"pipeline {pipeline!r} is stalled: checkpoint {checkpoint.id} (DAG run {checkpoint.dag_run_id}, ranges "
-            f"{ranges}) keeps failing; last error: {(checkpoint.reason or '').rstrip('.')}. Fix the cause, then clear its increment "
-            f"task (or run `python -m exactly_once.stalls retry {checkpoint.id}`), or dead-letter the records at "
-            f"fault: `python -m exactly_once.stalls dead-letter {pipeline} 'TOPIC[PARTITION]@FROM..TO' "
-            "--reason WHY`")
+            f"{ranges}) {what}; last error: {(checkpoint.reason or '').rstrip('.')}. Fix the cause, then clear its "
+            f"{task} task (or run `python -m exactly_once.stalls retry {checkpoint.id}` to run its ranges again), or "
+            f"dead-letter the records at fault: `python -m exactly_once.stalls dead-letter {pipeline} "
+            "'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
 
 
 def is_retryable(error: BaseException) -> bool:
     """Unknown errors (a crash, a timeout) may pass on a retry; known ones say."""
     return getattr(error, "retryable", True) if isinstance(error, PipelineError) else True
+
+
+# pgjdbc's batch errors carry the failed statement with its bound values, PostgreSQL's
+# details the failing row or key: record values, which an error text kept in the ledger,
+# a log or the view must not carry.
+_VALUES = ((re.compile(r"Batch entry (\d+) .*? was aborted", re.S), r"Batch entry \1 (statement not shown) was aborted"),
+           (re.compile(r"Failing row contains \(.*?\)(?=\.?\s|\.?$)", re.S), "Failing row contains (values not shown)"),
+           (re.compile(r"Key \((.*?)\)=\(.*?\)(?= already exists| is not present| conflicts)", re.S),
+            r"Key (\1)=(values not shown)"))
+MAX_ERROR_TEXT = 2000  # characters of an error text kept: a Spark stack trace can run to megabytes
+
+
+def error_text(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    """An error's text as the ledger, the logs and the view keep it: without the record
+    values a database error quotes, cut to `limit` characters (saying how much was cut)."""
+    for pattern, replacement in _VALUES:
+        text = pattern.sub(replacement, text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters cut)"
+
+
+def error_message(error: BaseException) -> str:
+    """A database error's own message (psycopg2's primary message), or the error's text."""
+    diag = getattr(error, "diag", None)
+    return ((diag.message_primary if diag is not None else None) or str(error)).strip()

@@ -27,6 +27,7 @@ from exactly_once.transforms import load_transform
 COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
 _REFUSED = "_refused_because"
 _SET_ASIDE = "_set_aside"
+_TOO_LARGE, _RAW = "_too_large", "_raw_value"
 SetAside = Sequence[tuple[OffsetRange, str]]  # offsets whose records go to the dead letters, and why
 
 
@@ -41,9 +42,21 @@ def in_ranges(ranges: Sequence[OffsetRange]) -> Column:
 
 def parse(records: DataFrame, config: PipelineConfig) -> DataFrame:
     """The records with `parsed` (the value by the schema) and `reason` (null when it fits);
-    none set aside yet."""
-    return (format_of(config.source.value_format).parse(records, config.source.value_schema)
-            .withColumn(_SET_ASIDE, F.lit(False)))
+    none set aside yet. A record larger than `max_record_bytes` is not parsed: its reason
+    says its size."""
+    value_format, schema = format_of(config.source.value_format), config.source.value_schema
+    limit = config.max_record_bytes
+    if limit is None:
+        return value_format.parse(records, schema).withColumn(_SET_ASIDE, F.lit(False))
+    size = F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0))
+    too_large = F.when(size > limit, F.format_string(f"record of %d bytes (key and value) is larger than "
+                                                     f"max_record_bytes {limit}", size))
+    unparsed = records.withColumns({_TOO_LARGE: too_large, _RAW: F.col("value")})
+    parsed = value_format.parse(unparsed.withColumn("value", F.when(F.col(_TOO_LARGE).isNull(), F.col("value"))),
+                                schema)
+    return (parsed.withColumns({"value": F.col(_RAW), "reason": F.coalesce(_TOO_LARGE, "reason"),
+                                _SET_ASIDE: F.lit(False)})
+            .drop(_TOO_LARGE, _RAW))
 
 
 def with_set_aside(parsed: DataFrame, set_aside: SetAside) -> DataFrame:

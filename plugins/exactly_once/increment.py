@@ -35,8 +35,15 @@ _KAFKA_COLUMNS = "key binary, value binary, topic string, partition int, offset 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")  # what the job reads of a record
 # Offsets per Spark task: a Kafka partition's range is split so that a task's cached
 # records fit in memory whatever the range's size (one task per 1.5 M-record partition
-# ran out of a 1 GiB heap), and the tasks balance over the cores.
+# ran out of a 1 GiB heap), and the tasks balance over the cores; fewer when records may
+# be large (`max_record_bytes`), so a task reads at most TASK_BYTES.
 OFFSETS_PER_TASK = 250_000
+TASK_BYTES = 256 * 2**20
+
+
+def offsets_per_task(max_record_bytes: int | None) -> int:
+    return OFFSETS_PER_TASK if max_record_bytes is None else max(1, min(OFFSETS_PER_TASK,
+                                                                       TASK_BYTES // max_record_bytes))
 
 
 @dataclass
@@ -54,9 +61,10 @@ class AttemptReport:
         self.seconds[name] = round(time.monotonic() - started, 3)
 
 
-def kafka_source_options(kafka: KafkaClient, ranges: tuple[OffsetRange, ...]) -> dict[str, str]:
+def kafka_source_options(kafka: KafkaClient, ranges: tuple[OffsetRange, ...],
+                         max_record_bytes: int | None = None) -> dict[str, str]:
     """Options of Spark's Kafka source for exactly these (non-empty) ranges, read_committed,
-    through the client config of the pipeline's Kafka connection."""
+    through the client config of the pipeline's Kafka connection, in tasks of a bounded size."""
     assign, starting, ending = {}, {}, {}
     for r in ranges:
         assign.setdefault(r.topic, []).append(r.partition)
@@ -64,14 +72,16 @@ def kafka_source_options(kafka: KafkaClient, ranges: tuple[OffsetRange, ...]) ->
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
     return {**kafka.spark_options(), "kafka.isolation.level": "read_committed",
             "failOnDataLoss": "true", "assign": json.dumps(assign), "startingOffsets": json.dumps(starting),
-            "endingOffsets": json.dumps(ending), "maxRecordsPerPartition": str(OFFSETS_PER_TASK)}
+            "endingOffsets": json.dumps(ending),
+            "maxRecordsPerPartition": str(offsets_per_task(max_record_bytes))}
 
 
-def read_ranges(spark: SparkSession, kafka: KafkaClient, ranges: tuple[OffsetRange, ...]) -> DataFrame:
+def read_ranges(spark: SparkSession, kafka: KafkaClient, ranges: tuple[OffsetRange, ...],
+                max_record_bytes: int | None = None) -> DataFrame:
     """Exactly the committed records of the frozen ranges (read_committed; a range that
     ends on transaction markers or holds only aborted records yields what is committed):
     one read of Kafka per layer of ranges, as a read takes one range per partition."""
-    reads = [spark.read.format("kafka").options(**kafka_source_options(kafka, layer)).load()
+    reads = [spark.read.format("kafka").options(**kafka_source_options(kafka, layer, max_record_bytes)).load()
              .select(*KAFKA_COLUMNS) for layer in layers(ranges)]
     if not reads:
         return spark.createDataFrame([], _KAFKA_COLUMNS)
@@ -92,8 +102,8 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
         set_aside = rows.dead_lettered(checkpoint.ranges)
 
     faults.point("increment.before_read")
-    report.records, report.rows = staging.write_isolating(read_ranges(spark, kafka, checkpoint.ranges),
-                                                          set_aside, report.phase)
+    records = read_ranges(spark, kafka, checkpoint.ranges, ledger.config.max_record_bytes)
+    report.records, report.rows = staging.write_isolating(records, set_aside, report.phase)
     faults.point("increment.before_pre_commit")
     with report.phase("pre_commit"):
         committable = ledger.pre_commit(checkpoint_id, attempt, report.rows, report.records)

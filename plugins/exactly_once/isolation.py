@@ -8,7 +8,10 @@ Which failures a record can cause is told by their SQLSTATE class, PostgreSQL's 
 Spark's alike: 22 data exception, 23 integrity constraint violation, 38 external
 routine exception (a Python UDF raised), P0 raise_exception (PL/pgSQL's RAISE, Spark's
 raise_error). Anything else (a lost connection, a killed executor) is not narrowed: a
-bisection over an outage would dead-letter every record.
+bisection over an outage would dead-letter every record. The SQLSTATE is read from the
+error of whatever ran the write: psycopg2's, the JVM's through py4j (local, spark-submit),
+or what a Spark Connect server sends (exactly_once.connect_errors), for which a refused
+JDBC batch is asked of the database again.
 
 The bisection itself is pure: `narrow` asks a probe about parts of the ranges.
 """
@@ -18,10 +21,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from exactly_once.connect_errors import refused_insert, stated_sqlstate
 from exactly_once.errors import Permanent
 from exactly_once.planning import OffsetRange
 
-RECORD_SQLSTATE_CLASSES = ("22", "23", "38", "P0")
+RECORD_SQLSTATE_CLASSES = ("22", "23", "38", "P0", "54000")  # 54000: a key too large for its index
 # Python errors of the environment, not of a record, though a UDF raised them (class 38).
 ENVIRONMENT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "MemoryError", "OSError", "ConnectionError",
                                 "ConnectionRefusedError", "ConnectionResetError", "BrokenPipeError", "TimeoutError",
@@ -34,15 +38,19 @@ MAX_ISOLATED = 20
 MAX_PROBES = 400
 
 Probe = Callable[[Sequence[OffsetRange]], "str | None"]  # why the records of these ranges fail, or None
+# The database's error for a statement run again (and rolled back), or None if it passes now.
+Ask = Callable[[str], "BaseException | None"]
 
 
 class NotIsolated(Permanent):
     """A failure no set of single records reproduces, or too many records fail."""
 
 
-def record_failure(error: BaseException) -> tuple[str, str] | None:
-    """(SQLSTATE, message) of an error a record can cause; None for any other error."""
-    state, message = _sqlstate(error)
+def record_failure(error: BaseException, ask: Ask | None = None) -> tuple[str, str] | None:
+    """(SQLSTATE, message) of an error a record can cause; None for any other error. `ask`
+    runs on the database the statement of a JDBC batch a Spark Connect error says was
+    refused; without it, such an error is no record's."""
+    state, message = _sqlstate(error, ask)
     if state is None or not state.startswith(RECORD_SQLSTATE_CLASSES):
         return None
     return state, message
@@ -53,7 +61,7 @@ def raised_by_user_code(state: str) -> bool:
     return state.startswith("38")
 
 
-def _sqlstate(error: BaseException) -> tuple[str | None, str]:
+def _sqlstate(error: BaseException, ask: Ask | None = None) -> tuple[str | None, str]:
     diag = getattr(error, "diag", None)  # psycopg2
     if diag is not None:
         return getattr(error, "pgcode", None), (diag.message_primary or str(error)).strip()
@@ -64,9 +72,15 @@ def _sqlstate(error: BaseException) -> tuple[str | None, str]:
             server = _call(java, "getNextException") or java  # a batch's own error is its next exception
             return state, _server_message(str(_call(server, "getMessage") or ""))
         java = _call(java, "getCause")
-    state = _call(error, "getSqlState")  # pyspark's captured exceptions (the transform, Spark SQL)
+    statement = refused_insert(str(error)) if ask is not None else None
+    if statement is not None:  # Spark Connect: pgjdbc's SQLSTATE stayed on the executor
+        answer = ask(statement)
+        return _sqlstate(answer) if answer is not None else (None, str(error))
+    # pyspark's exceptions (the transform, Spark SQL); Connect's PythonException keeps its
+    # SQLSTATE only at the end of its message
+    text, stated = stated_sqlstate(str(error))
+    state = _call(error, "getSqlState") or stated
     if state:
-        text = str(error).strip()
         if text.startswith(ENVIRONMENT_SPARK_ERRORS):
             return None, text
         if raised_by_user_code(state):  # a Python traceback: its last line is the exception raised

@@ -13,7 +13,7 @@ from datetime import datetime
 from psycopg2 import sql
 
 from exactly_once.checkpoints import Attempt, AttemptState, Checkpoint, Staged, State
-from exactly_once.config import PipelineConfig, Sink
+from exactly_once.config import PipelineConfig, Sink, load_config
 from exactly_once.errors import PromotionRefused
 from exactly_once.planning import OffsetRange, PartitionPlan, PartitionState, Reach
 from exactly_once.sinks import SinkTables
@@ -63,6 +63,18 @@ class LedgerRows:
         self.cur, self.config = cur, config
         self.staging = staging_tables(config)
 
+    def as_of(self, config: PipelineConfig) -> LedgerRows:
+        """The same transaction's rows as another configuration version of the pipeline sees them."""
+        return self if config == self.config else LedgerRows(self.cur, config)
+
+    def attempt_version(self, checkpoint_id: int, attempt: int) -> PipelineConfig:
+        """The configuration the attempt ran with (this one for an attempt started before
+        versions were recorded)."""
+        try:
+            return load_config(attempt_config(self.cur, self.config.name, checkpoint_id, attempt))
+        except LookupError:
+            return self.config
+
     def run(self, statement: str, **params) -> None:
         """A named statement of sql/ledger.sql."""
         self.cur.execute(Q[statement], params)
@@ -86,13 +98,13 @@ class LedgerRows:
         if row is None:
             raise LookupError(f"checkpoint {checkpoint_id} of pipeline {self.config.name!r} does not exist")
         cp_id, dag_run_id, state, attempt, interval_start, interval_end, lease_until, precommitted_attempt, \
-            staged, records, reason, replays = row
+            staged, records, reason, replays, commit_failures = row
         self.run("checkpoint_ranges", checkpoint_id=checkpoint_id)
         ranges = tuple(OffsetRange(*r) for r in self.cur.fetchall())
         # rows only: a checkpoint pre-committed by an earlier version recorded a checksum as well
         staged = None if staged is None else {name: Staged(s["rows"]) for name, s in staged.items()}
         return Checkpoint(cp_id, dag_run_id, State(state), attempt, ranges, interval_start, interval_end,
-                          lease_until, precommitted_attempt, staged, records, reason, replays)
+                          lease_until, precommitted_attempt, staged, records, reason, replays, commit_failures)
 
     def checkpoint_of_run(self, dag_run_id: str) -> int | None:
         self.run("checkpoint_of_run", pipeline=self.config.name, dag_run_id=dag_run_id)
@@ -136,6 +148,11 @@ class LedgerRows:
                  partition=offsets.partition if offsets else None, from_offset=offsets.start if offsets else None,
                  to_offset=offsets.end if offsets else None)
 
+    def relabel_append_rows(self, sink: Sink, topic: str, partition: int, label: str) -> None:
+        """An append sink's rows of a reset partition, under the label its history is kept as."""
+        self.cur.execute(sql.SQL(Q["relabel_append_rows"]).format(final=final_table(sink)),
+                         {"topic": topic, "partition": partition, "label": label})
+
     def dead_lettered(self, ranges: tuple[OffsetRange, ...]) -> list[tuple[OffsetRange, str]]:
         """Ranges an operator dead-lettered that overlap `ranges`, with their reason."""
         found = []
@@ -178,15 +195,19 @@ class LedgerRows:
 
     def insert_plan(self, checkpoint_id: int, plan: PartitionPlan, now: datetime) -> None:
         """The partition's frozen ranges, its gaps, its released ranges marked as planned
-        again, and its frontier."""
+        again (split where the cap cut one), and its frontier."""
         where = {"pipeline": self.config.name, "topic": plan.topic, "partition": plan.partition,
                  "checkpoint_id": checkpoint_id}
         for r in plan.ranges:
             self.run("insert_range", **where, from_offset=r.start, to_offset=r.end)
         for gap in plan.gaps:
             self.run("insert_gap", **where, from_offset=gap.start, to_offset=gap.end, now=now)
+        left = {r.end: r.start for r in plan.left_released}  # where the cap cut a released range
         for released in plan.released:
-            self.run("mark_replanned", **where, from_offset=released.start, to_offset=released.end)
+            end = left.get(released.end, released.end)
+            if end < released.end:
+                self.run("split_released", **where, from_offset=released.start, to_offset=released.end, cut=end)
+            self.run("mark_replanned", **where, from_offset=released.start, to_offset=end)
         self.run("set_frontier", **where, start_offset=plan.start_offset, frontier=plan.frontier)
 
     # -- staging ------------------------------------------------------------------------
@@ -205,6 +226,17 @@ class LedgerRows:
         for table in self.staging.values():
             self.cur.execute(sql.SQL(Q["delete_staging"]).format(staging=table),
                              {"checkpoint_id": checkpoint_id, "attempt": attempt})
+
+    def lease_expiries(self, ranges: tuple[OffsetRange, ...], prefix: str) -> int:
+        """How many checkpoints a lease expiry (a reason beginning with `prefix`) aborted
+        that held some of these offsets."""
+        found = 0
+        for r in ranges:
+            if r.size:
+                self.run("lease_expiries", pipeline=self.config.name, topic=r.topic, partition=r.partition,
+                         from_offset=r.start, to_offset=r.end, prefix=prefix)
+                found = max(found, self.cur.fetchone()[0])
+        return found
 
     def delete_stale_staging(self) -> int:
         deleted = 0

@@ -1,7 +1,7 @@
 """What the pipelines view in Airflow's UI shows, read from the ledger (and Kafka for the
 lag): per pipeline its status (`exactly_once.status`: stalls, last commit, lag, open
 checkpoints, gaps, history), the DAG whose runs its checkpoints link to, and its dead
-letters — a count per reason and the newest ones with a safe preview of their bytes.
+letters — a count per kind of reason and the newest ones with a safe preview of their bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from exactly_once.status import PipelineStatus, read_status
 Q = named("overview.sql")
 PREVIEW_BYTES = 64
 KAFKA_TIMEOUT = 5  # seconds: the page shows the ledger without the lag rather than wait
+REASON_KINDS, REASON_CHARACTERS = 20, 200  # the dead letters' reasons the page counts, and how much of each
 
 
 class LedgerBehind(Exception):
@@ -86,14 +87,14 @@ def read_overviews(connect: Callable, kafka: KafkaClient | str, history: int, de
                             unanswered = lag_unknown
                 found.append(_overview(conn, status or read_status(conn, None, name, history), dag_id,
                                        dead_letters, lag_unknown))
-    return sorted(found, key=lambda o: (not o.status.stalls, o.status.name))
+    return sorted(found, key=lambda o: (not o.status.stopped, o.status.name))
 
 
 def _overview(conn, status: PipelineStatus, dag_id: str | None, dead_letters: int, lag_unknown: str | None
               ) -> PipelineOverview:
     where = {"pipeline": status.name}
     with conn.cursor() as cur:
-        cur.execute(Q["dead_letter_reasons"], where)
+        cur.execute(Q["dead_letter_reasons"], {**where, "limit": REASON_KINDS, "characters": REASON_CHARACTERS})
         reasons = tuple(cur.fetchall())
         cur.execute(Q["newest_dead_letters"], {**where, "bytes": PREVIEW_BYTES, "limit": dead_letters})
         newest = tuple(DeadLetter(t, p, o, reason, cp, at, preview(None if value is None else bytes(value)), size)

@@ -10,7 +10,7 @@ from html import escape
 from urllib.parse import quote
 
 from exactly_once.overview import PipelineOverview
-from exactly_once.status import CheckpointSummary, describe_ranges, duration, render_stall
+from exactly_once.status import CheckpointSummary, describe_ranges, duration, render_stall, render_went_back
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 16px; color: #1a202c; background: #fff; }
@@ -39,9 +39,10 @@ def _pipeline(o: PipelineOverview, ui_root: str) -> str:
     run = _run_link(ui_root, o.dag_id)
     last = s.last_commit
     parts = [
-        f'<h2>{escape(s.name)} <span class="badge" data-field="health">{"STALLED" if s.stalls else "ok"}</span></h2>',
+        f'<h2>{escape(s.name)} <span class="badge" data-field="health">{"STALLED" if s.stopped else "ok"}</span></h2>',
         f'<div class="none">DAG: {escape(o.dag_id or "not known yet")}</div>',
         *(f'<pre data-field="stall">{escape(render_stall(s.name, stall))}</pre>' for stall in s.stalls),
+        *(f'<pre data-field="stall">{escape(render_went_back(s.name, p))}</pre>' for p in s.lag if p.went_back),
         "<h3>Last committed checkpoint</h3>",
         ('<p class="none">none yet</p>' if last is None else
          f'<p>checkpoint <span data-field="last-commit-id">{run(last.id, last.dag_run_id)}</span>: '
@@ -65,7 +66,7 @@ def _pipeline(o: PipelineOverview, ui_root: str) -> str:
         _chart(s.history, "latency", "seconds from begin to commit", _latency, lambda v: f"{v:.1f} s"),
         _checkpoints(s.history, run, "history-checkpoint"),
     ]
-    health = "stalled" if s.stalls else "ok"
+    health = "stalled" if s.stopped else "ok"
     return f'<section class="{health}" data-pipeline="{escape(s.name)}">{"".join(parts)}</section>'
 
 

@@ -10,9 +10,10 @@ Records that no interval claims — before the first interval ever run, in inter
 that never run, not yet stable when their interval's run planned, cut off by the cap —
 are taken by the next run that is not a backfill (`Reach.BACKLOG`): it takes every
 unclaimed offset before its interval's end, from where the pipeline started. A range
-released by an aborted checkpoint is taken whole by the next run, whatever its reach.
-So per partition a checkpoint may read several ranges; the frontier is the offset
-below which everything is planned.
+released by an aborted checkpoint is taken by the next run, whatever its reach, before
+any fresh offset, as far as the per-run cap allows (the rest stays released for the run
+after). So per partition a checkpoint may read several ranges; the frontier is the
+offset below which everything is planned.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class PartitionPlan:
     fresh: tuple[OffsetRange, ...] = ()       # unclaimed offsets, in offset order
     gaps: tuple[OffsetRange, ...] = ()        # offsets lost to retention (only when data loss is allowed)
     frontier: int = 0
+    left_released: tuple[OffsetRange, ...] = ()  # what the cap leaves of `released`, for a later plan
 
     @property
     def ranges(self) -> tuple[OffsetRange, ...]:
@@ -124,6 +126,20 @@ class DataLossError(Permanent):
             f"{topic}[{partition}]: offsets {frontier}..{log_start - 1} ({log_start - frontier} records) were "
             f"deleted by Kafka retention before this pipeline read them; set allow_data_loss to record "
             f"the gap and go on")
+
+
+class OffsetsWentBack(Permanent):
+    """A partition's log ends before offsets the pipeline already planned: the topic was
+    deleted and created again, or the brokers are another cluster's. Planning there would
+    read other records under the offsets of ones already counted."""
+
+    def __init__(self, topic: str, partition: int, frontier: int, log_end: int):
+        self.topic, self.partition, self.frontier, self.log_end = topic, partition, frontier, log_end
+        super().__init__(
+            f"{topic}[{partition}]: offsets went backwards: the pipeline planned up to offset {frontier}, but the "
+            f"partition's log now ends at {log_end} (the topic deleted and created again? a failover to another "
+            f"cluster?); no run goes on until an operator resets the partition: `python -m exactly_once.stalls "
+            f"reset-partition PIPELINE '{topic}[{partition}]' --to OFFSET --reason WHY`")
 
 
 StartPosition = Literal["earliest", "latest"] | datetime
@@ -162,6 +178,8 @@ def plan_partition(state: PartitionState, offsets: PartitionOffsets, reach: Reac
     is set: plan_checkpoint gives a partition never planned its start offset."""
     start = state.start
     planned = start if state.frontier is None else state.frontier
+    if offsets.last_stable < planned:
+        raise OffsetsWentBack(state.topic, state.partition, planned, offsets.last_stable)
     first = start if reach is Reach.BACKLOG else max(start, offsets.position(offsets.at_interval_start))
     end = offsets.position(offsets.at_interval_end)
     fresh = unclaimed(state.topic, state.partition, max(first, planned), end, state.taken + state.released)
@@ -210,24 +228,48 @@ def plan_checkpoint(seen: Mapping[tuple[str, int], PartitionOffsets],
 
 
 def cap_plans(plans: list[PartitionPlan], cap: int | None) -> list[PartitionPlan]:
-    """Shrinks fresh ranges so the checkpoint plans at most `cap` records.
+    """Shrinks the plans so the checkpoint reads at most `cap` records.
 
-    Replanned ranges are taken whole (they are frozen); the rest of the budget is
-    shared in proportion to each partition's backlog, remainders going to the largest
-    fractions, so the result is deterministic; a partition keeps its oldest offsets.
+    Released ranges come first, oldest offsets of each partition first, partitions in
+    order; what the cap leaves of one stays released (`left_released`). The rest of the
+    budget is shared among fresh ranges in proportion to each partition's backlog,
+    remainders going to the largest fractions, so the result is deterministic; a
+    partition keeps its oldest offsets.
     """
     if cap is None:
         return plans
-    budget = max(0, cap - sum(r.size for p in plans for r in p.replanned))
-    backlog = [sum(r.size for r in p.fresh) for p in plans]
+    budget, capped = cap, []
+    for plan in plans:
+        plan = _cap_released(plan, budget)
+        budget -= sum(r.size for r in plan.replanned)
+        capped.append(plan)
+    backlog = [sum(r.size for r in p.fresh) for p in capped]
     wanted = sum(backlog)
     if wanted <= budget:
-        return plans
+        return capped
     shares = [budget * b // wanted for b in backlog]
-    by_fraction = sorted(range(len(plans)), key=lambda i: (-(budget * backlog[i] % wanted), i))
+    by_fraction = sorted(range(len(capped)), key=lambda i: (-(budget * backlog[i] % wanted), i))
     for i in by_fraction[: budget - sum(shares)]:
         shares[i] += 1
-    return [replace(p, fresh=_first(p.fresh, share)) for p, share in zip(plans, shares)]
+    return [replace(p, fresh=_first(p.fresh, share)) for p, share in zip(capped, shares)]
+
+
+def _cap_released(plan: PartitionPlan, budget: int) -> PartitionPlan:
+    """The plan's released ranges read up to `budget` records. A released range read in
+    part is still taken (its rows are split at the cut); one of which nothing is read
+    and retention cut nothing off is left alone."""
+    taken, replanned, left = [], [], []
+    for released, read in zip(plan.released, plan.replanned):
+        size = min(budget, read.size)
+        budget -= size
+        cut = read.start + size
+        if size == 0 and read.start == released.start:
+            continue
+        taken.append(released)
+        replanned.append(replace(read, end=cut))
+        if cut < released.end:
+            left.append(replace(released, start=cut))
+    return replace(plan, released=tuple(taken), replanned=tuple(replanned), left_released=tuple(left))
 
 
 def _first(ranges: tuple[OffsetRange, ...], count: int) -> tuple[OffsetRange, ...]:

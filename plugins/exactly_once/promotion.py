@@ -1,20 +1,25 @@
 """Phase two's promotion: a pre-committed attempt's staged rows into the final tables, in
-the commit's transaction (exactly_once.protocol.Ledger.commit owns the transaction and
-what a refusal means)."""
+the commit's transaction (exactly_once.protocol.Ledger.commit owns the transaction), and
+what a failure of it that is no record's does to the checkpoint."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import psycopg2
 
-from exactly_once.checkpoints import AttemptState, Committable
-from exactly_once.errors import PromotionRefused
+from exactly_once.checkpoints import AttemptState, Committable, State, cause, commit_stalls
+from exactly_once.errors import PromotionRefused, Stalled, error_message, error_text
 from exactly_once.isolation import record_failure
 from exactly_once.ledger_rows import LedgerRows
 from exactly_once.sqlfiles import named
 from exactly_once.tables import DEAD_LETTERS
+
+if TYPE_CHECKING:
+    from exactly_once.protocol import Ledger
 
 
 def promote(rows: LedgerRows, committable: Committable, now: datetime) -> None:
@@ -50,3 +55,26 @@ def promote(rows: LedgerRows, committable: Committable, now: datetime) -> None:
     rows.run("mark_committed", **params, replaced=json.dumps(replaced) if reprocessing else None)
     rows.end_attempts(committable.checkpoint_id, committable.attempt, AttemptState.PRECOMMITTED,
                       AttemptState.COMMITTED, None, now)
+
+
+def record_commit_failure(ledger: Ledger, checkpoint_id: int, error: psycopg2.Error) -> None:
+    """Records a commit that failed for a reason that is no record's (a permission, a column
+    gone, a timeout, a clash in the ledger's tables); raises `Stalled` if that stalls the
+    checkpoint (`checkpoints.commit_stalls`), its pre-commit kept; else returns, and the
+    caller raises the error for a retry or the next recovery."""
+    reason = error_text(f"commit failed: {error.pgcode or 'no SQLSTATE'}: {error_message(error)}")
+    try:
+        with ledger.rows() as rows:
+            checkpoint = rows.checkpoint(checkpoint_id)
+            if not checkpoint.awaits_commit:
+                return
+            same = checkpoint.commit_failures and cause(checkpoint.reason or "") == cause(reason)
+            failures = checkpoint.commit_failures + 1 if same else 1
+            stalled = checkpoint.state is State.STALLED or commit_stalls(error.pgcode, failures,
+                                                                        ledger.config.stall_after)
+            rows.run("record_commit_failure", checkpoint_id=checkpoint_id, reason=reason, failures=failures,
+                     stalled=stalled)
+    except psycopg2.Error:
+        return  # the database fails this too: nothing is recorded, the commit's error stands
+    if stalled:
+        raise Stalled(ledger.config.name, replace(checkpoint, state=State.STALLED, reason=reason)) from error

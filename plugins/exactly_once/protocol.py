@@ -30,14 +30,16 @@ import psycopg2
 from exactly_once import faults
 from exactly_once.checkpoints import (Attempt, AttemptState, Begun, Checkpoint, Committable, Outcome, Recovery,
                                       State, stalls)
-from exactly_once.config import PipelineConfig, load_config
+from exactly_once.config import ConfigError, PipelineConfig, load_config
+from exactly_once.leases import expire
 from exactly_once.errors import (Fenced, NotPreCommitted, NotRunnable, PromotionRefused, SentBack, StagedDataChanged,
-                                 StagingIncomplete, Stalled)
+                                 StagingIncomplete, Stalled, error_text)
 from exactly_once.ledger_rows import LedgerRows, attempt_config, registered_config
 from exactly_once.planning import OffsetSource, PartitionOffsets, Reach, plan_checkpoint
-from exactly_once.promotion import promote
+from exactly_once.promotion import promote, record_commit_failure
 from exactly_once.registration import final_columns, register
 from exactly_once.row_checks import ColumnType
+from exactly_once.sinks.upsert import ambiguous_partitions
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,8 @@ class Ledger:
         `Stalled` while another checkpoint of the pipeline is stalled."""
         self.refuse_if_stalled(dag_run_id)
         self.register()
-        recovery = self.recover()
+        recovery = self.recover(own_run=dag_run_id)
+        self.refuse_if_stalled(dag_run_id)  # recovery may have stalled one (lease expiries, a commit)
         with self.rows() as rows:
             existing = rows.checkpoint_of_run(dag_run_id)
             if existing is not None:
@@ -113,8 +116,12 @@ class Ledger:
 
     def _plan(self, rows: LedgerRows, dag_run_id: str, interval_start: datetime | None,
               interval_end: datetime | None, reach: Reach, seen: Mapping[tuple[str, int], PartitionOffsets]) -> int:
-        plans = plan_checkpoint(seen, rows.partitions(), self.config.source.start, reach,
-                                self.config.allow_data_loss, self.config.max_records_per_run)
+        known = rows.partitions()
+        ambiguous = ambiguous_partitions(self.config, set(known), set(seen))
+        if ambiguous:
+            raise ConfigError(ambiguous)
+        plans = plan_checkpoint(seen, known, self.config.source.start, reach, self.config.allow_data_loss,
+                                self.config.max_records_per_run)
         now = self._clock()
         state = State.COMMITTED if all(p.size == 0 for p in plans) else State.PLANNED
         checkpoint_id = rows.insert_checkpoint(dag_run_id, interval_start, interval_end, reach, state,
@@ -131,7 +138,7 @@ class Ledger:
         and their staging rows discarded (staging is replaced, never added to)."""
         with self.rows() as rows:
             checkpoint = rows.checkpoint(checkpoint_id)
-            if not checkpoint.state.open:
+            if not checkpoint.state.open or checkpoint.awaits_commit:
                 raise NotRunnable(checkpoint)
             now = self._clock()
             if checkpoint.state is State.STALLED:  # only a person starts one: retries stop at a stall
@@ -169,51 +176,62 @@ class Ledger:
 
     def commit(self, checkpoint_id: int) -> Outcome:
         """Phase two, in one transaction: promote every sink's staged rows, record the
-        committed ranges, mark the checkpoint committed. Idempotent. Its staging rows are
-        deleted after that transaction (`recover` deletes them if that never happens): the
-        commit holds its locks for the promotion only. `SentBack` (the checkpoint planned
-        again) if the staged row counts changed since pre-commit or a final table refuses
-        some rows."""
+        committed ranges, mark the checkpoint committed, by the rules of the configuration
+        version its attempt ran with. Idempotent. Its staging rows are deleted after that
+        transaction (`recover` deletes them if that never happens): the commit holds its
+        locks for the promotion only. `SentBack` (the checkpoint planned again) if the staged
+        row counts changed since pre-commit or a final table refuses some rows; `Stalled`
+        (its pre-commit kept) if it fails for another reason that retrying cannot fix, or
+        keeps failing for one (`checkpoints.commit_stalls`). A checkpoint stalled at commit
+        is committed by the next call (an operator's cleared commit task)."""
         try:
             with self.rows() as rows:
                 checkpoint = rows.checkpoint(checkpoint_id)
                 if checkpoint.state is State.COMMITTED:
                     rows.delete_staging(checkpoint_id, attempt=None)  # a clean-up that did not run
                     return Outcome.ALREADY_COMMITTED
-                if checkpoint.state is not State.PRECOMMITTED:
+                if not checkpoint.awaits_commit:
                     raise NotPreCommitted(f"checkpoint {checkpoint_id} is {checkpoint.state.value}, not "
                                           "pre-committed: its Spark attempt has not finished")
+                if checkpoint.state is State.STALLED:
+                    rows.record_action("resume", checkpoint_id, self._clock(),
+                                       f"its commit was tried again (a cleared task) after: {checkpoint.reason}")
                 committable = checkpoint.committable
+                rows = rows.as_of(rows.attempt_version(committable.checkpoint_id, committable.attempt))
                 staged = rows.staged(checkpoint_id, committable.attempt)
                 promoted = staged == committable.staged
                 if promoted:
+                    self._fault("commit.before_promote")
                     promote(rows, committable, self._clock())
                     self._fault("commit.before_commit")
             if promoted:
                 self._fault("commit.before_clean_up")
-                self._clean_up(checkpoint_id)
+                self._clean_up(checkpoint_id, rows.config)
                 return Outcome.COMMITTED
         except PromotionRefused as refused:
-            self._send_back(checkpoint_id, committable.attempt, str(refused), failed=True)
+            self._send_back(checkpoint_id, committable.attempt, str(refused), rows.config, failed=True)
             raise PromotionRefused(f"checkpoint {checkpoint_id} not committed: {refused}; it is planned again, and "
                                    "its next attempt promotes every sink on trial and dead-letters the records "
                                    "at fault") from refused.__cause__
+        except psycopg2.Error as error:
+            record_commit_failure(self, checkpoint_id, error)
+            raise
         changes = {name: (committable.staged.get(name), staged.get(name))
                    for name in set(committable.staged) | set(staged)
                    if committable.staged.get(name) != staged.get(name)}
         reason = (f"staged rows changed after pre-commit of attempt {committable.attempt} "
                   f"((pre-committed, found): {changes})")
-        self._send_back(checkpoint_id, committable.attempt, reason)
+        self._send_back(checkpoint_id, committable.attempt, reason, rows.config)
         raise StagedDataChanged(f"checkpoint {checkpoint_id} not committed: {reason}; it is planned again "
                                 "and will be run again from its frozen ranges")
 
-    def _clean_up(self, checkpoint_id: int) -> None:
-        """Deletes a committed checkpoint's staging rows. The checkpoint is committed whatever
-        happens here, so a failure is logged, not raised: a retried commit or the next
-        recovery deletes the rows."""
+    def _clean_up(self, checkpoint_id: int, config: PipelineConfig) -> None:
+        """Deletes a committed checkpoint's staging rows (those of `config`'s sinks). The
+        checkpoint is committed whatever happens here, so a failure is logged, not raised:
+        a retried commit or the next recovery deletes the rows."""
         try:
             with self.rows() as rows:
-                rows.delete_staging(checkpoint_id, attempt=None)
+                rows.as_of(config).delete_staging(checkpoint_id, attempt=None)
         except psycopg2.Error as error:
             log.warning("checkpoint %s is committed; its staging clean-up failed and is left to a retry or the "
                         "next recovery: %s", checkpoint_id, error)
@@ -224,7 +242,9 @@ class Ledger:
         """A failed attempt: its staging rows go and the attempt records why and whether a
         retry may help. The checkpoint is planned again with the same ranges (ABORTED), or,
         if its failures say no retry will do (`checkpoints.stalls`), stalled (STALLED).
-        UNCHANGED if the attempt is no longer the current one (fenced, or already aborted)."""
+        UNCHANGED if the attempt is no longer the current one (fenced, or already aborted).
+        The reason is kept as `errors.error_text` makes it: bounded, no record values."""
+        reason = error_text(reason)
         with self.rows() as rows:
             checkpoint = rows.checkpoint(checkpoint_id)
             if not checkpoint.is_current(attempt):
@@ -243,6 +263,8 @@ class Ledger:
         released, to be planned again, exactly, by the next checkpoint. A pre-committed or
         committed checkpoint is never aborted (UNCHANGED)."""
         with self.rows() as rows:
+            if rows.checkpoint(checkpoint_id).awaits_commit:  # stalled at commit: only an operator releases it
+                return Outcome.UNCHANGED
             return self.release(rows, checkpoint_id, reason)
 
     def release(self, rows: LedgerRows, checkpoint_id: int, reason: str) -> Outcome:
@@ -254,13 +276,15 @@ class Ledger:
         rows.delete_staging(checkpoint_id, attempt=None)
         return Outcome.ABORTED
 
-    def recover(self) -> Recovery:
-        """Commits every pre-committed checkpoint; aborts those whose lease ran out; deletes
+    def recover(self, own_run: str | None = None) -> Recovery:
+        """Commits every pre-committed checkpoint; aborts those whose lease ran out (but the
+        checkpoint of `own_run`, the run recovering: a cleared run resumes it), or stalls one
+        whose offsets lease expiries took from `stall_after` checkpoints in a row; deletes
         staging rows no commit can promote (a zombie attempt that wrote after it was fenced,
         a committed checkpoint's whose clean-up did not run)."""
         now = self._clock()
         with self.rows() as rows:
-            rows.run("recoverable", pipeline=self.config.name, now=now)
+            rows.run("recoverable", pipeline=self.config.name, now=now, own_run=own_run or "")
             found = [(checkpoint_id, State(state)) for checkpoint_id, state in rows.cur.fetchall()]
         committed, aborted, sent_back = [], [], []
         for checkpoint_id, state in found:
@@ -270,18 +294,21 @@ class Ledger:
                         committed.append(checkpoint_id)
                 except SentBack:
                     sent_back.append(checkpoint_id)
-            elif self.abort(checkpoint_id, f"lease expired before {now.isoformat()}; its ranges are "
-                                           "planned again by the next checkpoint") is Outcome.ABORTED:
+            elif expire(self, checkpoint_id, now) is Outcome.ABORTED:
                 aborted.append(checkpoint_id)
         with self.rows() as rows:
             stale = rows.delete_stale_staging()
         return Recovery(tuple(committed), tuple(aborted), tuple(sent_back), stale)
 
-    def _send_back(self, checkpoint_id: int, attempt: int, reason: str, failed: bool = False) -> None:
-        """`failed`: the attempt counts as failed (for `stalls`), not merely superseded."""
+    def _send_back(self, checkpoint_id: int, attempt: int, reason: str, config: PipelineConfig,
+                   failed: bool = False) -> None:
+        """`failed`: the attempt counts as failed (for `stalls`), not merely superseded.
+        `config`: the attempt's, whose staging tables hold its rows."""
+        reason = error_text(reason)
         with self.rows() as rows:
-            if rows.checkpoint(checkpoint_id).state is not State.PRECOMMITTED:
+            if not rows.checkpoint(checkpoint_id).awaits_commit:
                 return  # someone else resolved it meanwhile
+            rows = rows.as_of(config)
             # lease_until = now: the next run's recovery re-plans it if no retry runs it first.
             rows.run("mark_planned", checkpoint_id=checkpoint_id, reason=reason, lease_until=self._clock())
             rows.end_attempts(checkpoint_id, attempt, AttemptState.PRECOMMITTED, AttemptState.ABORTED, reason,

@@ -1,10 +1,23 @@
 """Registering a pipeline: its configuration (and configuration version) in the ledger, a
 staging table per sink, a contributions table per keyed sink, and a check of each final
 table against the catalog (it exists, has the columns and the unique index its sink mode
-merges on)."""
+merges on).
+
+Each registration (every begin, under the pipeline's lock) brings a sink's staging and
+contributions tables to its final table's shape, column by column and by name (what writes
+to them and reads from them names its columns): a column the final table gained (with its
+default for the rows already there), lost, or whose type or NOT NULL changed. Rows already
+there stay, a pre-committed checkpoint's among them; where they refuse a change (a narrower
+type, NOT NULL where one has no value), the column stays as it is for now: the commit then
+refuses those rows as the final table does, and the checkpoint runs again.
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
+import psycopg2
 from psycopg2 import sql
 
 from exactly_once import ddl
@@ -13,11 +26,26 @@ from exactly_once.errors import Permanent
 from exactly_once.problems import Problem
 from exactly_once.ledger_rows import Q, LedgerRows
 from exactly_once.row_checks import ColumnType, column_types
-from exactly_once.tables import contributions_indexes, contributions_table, final_table, staging_index, staging_table
+from exactly_once.tables import (LEDGER_SCHEMA, contributions_indexes, contributions_table, earlier_tables,
+                                 final_table, staging_index, staging_table)
+
+log = logging.getLogger(__name__)
+
+STAGING_OWN = ("checkpoint_id", "attempt")  # a staging table's columns besides its final table's
+CONTRIBUTIONS_OWN = ("checkpoint_id",)
 
 
 class SinkTableError(Permanent, ValueError):
     """A sink's final table is missing or cannot take order-independent merges."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A column as a staging or contributions table copies it (`column_shapes` in sql/ledger.sql)."""
+
+    type: str
+    not_null: bool
+    default: str | None  # the expression, as the catalog shows it
 
 
 def register(rows: LedgerRows) -> None:
@@ -27,28 +55,101 @@ def register(rows: LedgerRows) -> None:
     rows.record_version()
     for sink in config.sinks:
         final_columns = check_final_table(rows, sink)
+        final = column_shapes(rows, final_table(sink))
         staging = staging_table(config, sink.name)
-        rows.cur.execute(sql.SQL(Q["create_staging"]).format(
-            staging=staging, final=final_table(sink), staging_index=staging_index(config, sink)))
-        if rows.columns(staging) != [*final_columns, "checkpoint_id", "attempt"]:
-            raise SinkTableError(f"sink {sink.name!r}: staging table {staging.as_string(rows.cur)} no longer "
-                                 f"matches final table {sink.table}; drop it while no checkpoint is open")
+        earlier_staging, earlier_contributions = earlier_tables(config, sink)
+        _move_from_earlier_table(rows, earlier_staging, staging)
+        if not _ready(rows, "staging_ready", table=staging, index=staging_index(config, sink)):
+            rows.cur.execute(sql.SQL(Q["create_staging"]).format(
+                staging=staging, final=final_table(sink), staging_index=staging_index(config, sink)))
+        _follow(rows, staging, final, final_columns, STAGING_OWN, nullability=True)
         kept = sink.strategy.contribution_columns(sink, final_columns)
         if kept is not None:
-            _create_contributions(rows, sink, kept)
+            _move_from_earlier_table(rows, earlier_contributions, contributions_table(config, sink))
+            _create_contributions(rows, sink, kept, final)
 
 
-def _create_contributions(rows: LedgerRows, sink: Sink, columns: list[str]) -> None:
-    """The sink's contributions table, with a column for each the final table gained since."""
+def _create_contributions(rows: LedgerRows, sink: Sink, columns: list[str], final: dict[str, Shape]) -> None:
+    """The sink's contributions table, shaped like the final table's `columns`. It keeps no
+    NOT NULL: it holds what was merged, which the final table checked."""
     table = contributions_table(rows.config, sink)
     by_checkpoint, by_keys = contributions_indexes(rows.config, sink)
-    rows.cur.execute(sql.SQL(Q["create_contributions"]).format(
-        contributions=table, final=final_table(sink), columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
-        by_checkpoint=by_checkpoint, by_keys=by_keys, keys=sql.SQL(", ").join(map(sql.Identifier, sink.keys))))
-    for column in sorted(set(columns) - set(rows.columns(table))):
-        rows.run("column_type", table=final_table(sink).as_string(rows.cur), column=column)
-        rows.cur.execute(sql.SQL(Q["add_contribution_column"]).format(
-            contributions=table, column=sql.Identifier(column), type=sql.SQL(rows.cur.fetchone()[0])))
+    if not _ready(rows, "contributions_ready", table=table, by_checkpoint=by_checkpoint, by_keys=by_keys):
+        rows.cur.execute(sql.SQL(Q["create_contributions"]).format(
+            contributions=table, final=final_table(sink), columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
+            by_checkpoint=by_checkpoint, by_keys=by_keys, keys=sql.SQL(", ").join(map(sql.Identifier, sink.keys))))
+    _follow(rows, table, final, columns, CONTRIBUTIONS_OWN, nullability=False)
+
+
+def _ready(rows: LedgerRows, question: str, **relations: sql.Identifier) -> bool:
+    """Whether a ledger table has every index and trigger it needs, asked of the catalog: DDL
+    that would change nothing (CREATE INDEX IF NOT EXISTS) still waits for the table's
+    writers. Its tables and indexes are all in the ledger's schema."""
+    rows.run(question, **{name: sql.Identifier(LEDGER_SCHEMA, relation.strings[-1]).as_string(rows.cur)
+                          for name, relation in relations.items()})
+    return rows.cur.fetchone()[0]
+
+
+def _move_from_earlier_table(rows: LedgerRows, earlier: sql.Identifier, table: sql.Identifier) -> None:
+    """The pipeline's rows (a pre-committed checkpoint's staged rows, committed checkpoints'
+    contributions) out of its table under the earlier naming rule (no length prefix:
+    `tables.earlier_tables`), which another pipeline may share, into `table` (created like
+    it if need be). The earlier table is dropped once no pipeline's rows are left in it."""
+    earlier_columns = rows.columns(earlier)
+    if not earlier_columns:
+        return
+    rows.cur.execute(sql.SQL(Q["create_like_earlier_table"]).format(earlier=earlier, table=table))
+    present = set(rows.columns(table))
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in earlier_columns if c in present)
+    rows.cur.execute(sql.SQL(Q["move_from_earlier_table"]).format(earlier=earlier, table=table, columns=columns),
+                     {"pipeline": rows.config.name})
+    rows.cur.execute(sql.SQL(Q["drop_table_if_empty"]).format(table=earlier))
+    log.info("pipeline %r: its rows moved from %s to %s", rows.config.name, earlier.as_string(rows.cur),
+             table.as_string(rows.cur))
+
+
+def column_shapes(rows: LedgerRows, table: sql.Identifier) -> dict[str, Shape]:
+    """The table's columns by name, in table order; empty if it does not exist."""
+    rows.run("column_shapes", table=table.as_string(rows.cur))
+    return {name: Shape(type_, not_null, default) for name, type_, not_null, default in rows.cur.fetchall()}
+
+
+def _follow(rows: LedgerRows, table: sql.Identifier, final: dict[str, Shape], columns: list[str],
+            own: tuple[str, ...], nullability: bool) -> None:
+    """Alters the ledger table where its columns differ from the final table's `columns`
+    (and, with `nullability`, their NOT NULL); its `own` columns stay."""
+    current = column_shapes(rows, table)
+
+    def alter(statement: str, column: str, **parts: sql.Composable) -> sql.Composed:
+        return sql.SQL(Q[statement]).format(table=table, column=sql.Identifier(column), **parts)
+
+    for column in current.keys() - {*columns, *own}:
+        rows.cur.execute(alter("follow_dropped_column", column))
+    for column in columns:
+        wanted, found = final[column], current.get(column)
+        if found is None:
+            default = sql.SQL("") if wanted.default is None else sql.SQL("DEFAULT " + wanted.default)
+            rows.cur.execute(alter("follow_added_column", column, type=sql.SQL(wanted.type), default=default))
+            found = Shape(wanted.type, False, None)
+        if found.type != wanted.type:
+            _unless_rows_refuse(rows, alter("follow_type", column, type=sql.SQL(wanted.type)), table, column)
+        if nullability and found.not_null != wanted.not_null:
+            change = sql.SQL("SET" if wanted.not_null else "DROP")
+            _unless_rows_refuse(rows, alter("follow_nullability", column, change=change), table, column)
+
+
+def _unless_rows_refuse(rows: LedgerRows, change: sql.Composed, table: sql.Identifier, column: str) -> None:
+    """The change, unless a value in the table refuses it (a data or integrity error): then the
+    column stays looser than the final table's, which refuses those rows at commit."""
+    rows.run("before_change_rows_may_refuse")
+    try:
+        rows.cur.execute(change)
+    except (psycopg2.DataError, psycopg2.IntegrityError) as refused:
+        rows.run("change_refused")
+        log.warning("%s keeps column %s as it is until its rows are gone: %s", table.as_string(rows.cur), column,
+                    str(refused).strip())
+    else:
+        rows.run("change_made")
 
 
 def check_final_table(rows: LedgerRows, sink: Sink) -> list[str]:

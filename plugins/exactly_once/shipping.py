@@ -27,11 +27,11 @@ FIXED_TIME = (2026, 1, 1, 0, 0, 0)  # the same content makes the same archive
 
 def code_archive(config: PipelineConfig) -> Path:
     """The archive of the library and the transform's package (a zip of .py and .sql files)."""
-    entries = dict(_package_files(LIBRARY, "exactly_once"))
+    entries = dict(package_files(LIBRARY, "exactly_once"))
     if CHECKOUT_SQL.is_dir():  # a checkout: sql/ beside plugins/ travels inside the package
         entries.update((f"exactly_once/sql/{p.relative_to(CHECKOUT_SQL)}", p) for p in CHECKOUT_SQL.rglob("*.sql"))
     if config.transform:
-        entries.update(_package_files(*_transform_package(config)))
+        entries.update(package_files(*transform_package(config)))
     content = io.BytesIO()
     with zipfile.ZipFile(content, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in sorted(entries):
@@ -54,7 +54,7 @@ def _private_folder() -> Path:
     return folder
 
 
-def _transform_package(config: PipelineConfig) -> tuple[Path, str]:
+def transform_package(config: PipelineConfig) -> tuple[Path, str]:
     """The folder and name of the transform module's top-level package (or the module alone)."""
     top = config.transform.partition(":")[0].split(".")[0]
     spec = importlib.util.find_spec(top)
@@ -65,7 +65,7 @@ def _transform_package(config: PipelineConfig) -> tuple[Path, str]:
     return (origin.parent, top) if origin.name == "__init__.py" else (origin, top)
 
 
-def _package_files(location: Path, name: str) -> list[tuple[str, Path]]:
+def package_files(location: Path, name: str) -> list[tuple[str, Path]]:
     """(name in the archive, file) of a package's modules and data (no caches), or of one module."""
     if location.is_file():
         return [(f"{name}.py", location)]

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from functools import partial
 
 import psycopg2
 from pyspark import StorageLevel
@@ -26,7 +27,7 @@ from exactly_once.checkpoints import Checkpoint
 from exactly_once.config import Sink
 from exactly_once.errors import Permanent
 from exactly_once.frames import SetAside, attempt_frames, in_ranges, parse, with_set_aside
-from exactly_once.isolation import NotIsolated, describe, narrow, raised_by_user_code, record_failure
+from exactly_once.isolation import Ask, NotIsolated, describe, narrow, raised_by_user_code, record_failure
 from exactly_once.planning import OffsetRange
 from exactly_once.protocol import Ledger
 from exactly_once.tables import DEAD_LETTERS, qualified, staging_table
@@ -42,30 +43,55 @@ class BadRecords(Permanent):
     """Bad records in a pipeline whose policy (`on_bad_record: fail`) is to fail."""
 
 
-def write_jdbc(frame: DataFrame, table: str, jdbc: Mapping[str, str]) -> None:
+# Rows a JDBC batch buffers: fewer when records may be large (`max_record_bytes`), so a
+# batch holds at most BATCH_BYTES of them.
+BATCH_ROWS, BATCH_BYTES = 10_000, 64 * 2**20
+
+
+def rows_per_batch(max_record_bytes: int | None) -> int:
+    return BATCH_ROWS if max_record_bytes is None else max(1, min(BATCH_ROWS, BATCH_BYTES // max_record_bytes))
+
+
+def write_jdbc(frame: DataFrame, table: str, jdbc: Mapping[str, str], batch_rows: int = BATCH_ROWS) -> None:
     """Appends the rows to `table` from the executors in parallel. Each Spark task writes in
     one transaction, so a retried task does not leave half its rows behind."""
-    frame.write.format("jdbc").options(**jdbc).option("dbtable", table).option("batchsize", 10_000) \
+    frame.write.format("jdbc").options(**jdbc).option("dbtable", table).option("batchsize", batch_rows) \
         .mode("append").save()
 
 
-def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], checkpoint_id: int, attempt: int) -> int:
+def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], checkpoint_id: int, attempt: int,
+                  batch_rows: int = BATCH_ROWS) -> int:
     """Appends the rows, tagged (checkpoint, attempt), and returns how many were written:
     counted as they pass into the write (an Observation, which counts the successful
     attempt of each Spark task once), so the rows are computed once."""
     written = Observation(f"rows written to {table}")
     tagged = frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
-    write_jdbc(tagged.observe(written, F.count(F.lit(1)).alias("rows")), table, jdbc)
+    write_jdbc(tagged.observe(written, F.count(F.lit(1)).alias("rows")), table, jdbc, batch_rows)
     return written.get["rows"]
+
+
+def ask_again(ledger: Ledger, statement: str) -> psycopg2.Error | None:
+    """The pipeline database's error for an INSERT of a staging write it refused, run again
+    and rolled back; None if it passes now. Over Spark Connect this is how the refusal's
+    SQLSTATE is known (exactly_once.connect_errors)."""
+    with ledger.rows() as rows:
+        try:
+            rows.cur.execute("SET LOCAL lock_timeout = '10s'")  # a lock held elsewhere is no record's doing
+            rows.cur.execute(statement)
+        except psycopg2.Error as refused:
+            return refused
+        finally:
+            rows.cur.connection.rollback()
+    return None
 
 
 class _Refused(Exception):
     """A sink's write or trial promotion failed; `reason` says why if a record can have
     caused it (the sink, or the transform for a Python error), else it is None."""
 
-    def __init__(self, sink: str, error: BaseException, transform: str | None):
+    def __init__(self, sink: str, error: BaseException, transform: str | None, ask: Ask | None = None):
         super().__init__(f"sink {sink}: {error}")
-        failure = record_failure(error)
+        failure = record_failure(error, ask)
         if failure is None:
             self.reason = None
         else:
@@ -142,9 +168,9 @@ class Staging:
             for name, frame in staging.items():
                 try:
                     written[name] = write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc,
-                                                  self.checkpoint_id, tag)
+                                                  self.checkpoint_id, tag, rows_per_batch(self.config.max_record_bytes))
                 except Exception as error:
-                    raise _Refused(name, error, self.config.transform) from error
+                    raise _Refused(name, error, self.config.transform, partial(ask_again, self.ledger)) from error
                 faults.point(f"increment.wrote.{name}")
         finally:
             frames.refused.unpersist()

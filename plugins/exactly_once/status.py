@@ -59,6 +59,12 @@ class PartitionLag:
         so a caught-up partition fed by transactions can show 1: the last commit marker."""
         return max(0, self.last_stable - self.committed_end)
 
+    @property
+    def went_back(self) -> bool:
+        """The log ends before offsets already committed (the topic created again, another
+        cluster): the planner refuses to go on (planning.OffsetsWentBack)."""
+        return self.last_stable < self.committed_end
+
 
 @dataclass(frozen=True)
 class LastCommit:
@@ -95,6 +101,11 @@ class PipelineStatus:
     open: tuple[CheckpointSummary, ...]
     gaps: tuple[Gap, ...]
     history: tuple[CheckpointSummary, ...]
+
+    @property
+    def stopped(self) -> bool:
+        """No run goes on: a checkpoint is stalled, or a partition's offsets went backwards."""
+        return bool(self.stalls) or any(p.went_back for p in self.lag)
 
 
 @dataclass(frozen=True)
@@ -196,10 +207,18 @@ def render_stall(pipeline: str, stall: Stall) -> str:
             f"dead-letter {pipeline} 'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
 
 
+def render_went_back(pipeline: str, lag: PartitionLag) -> str:
+    return (f"STALLED: {lag.topic}[{lag.partition}]: offsets went backwards: committed up to {lag.committed_end}, "
+            f"but the log ends at {lag.last_stable}\n"
+            f"  way out: `python -m exactly_once.stalls reset-partition {pipeline} '{lag.topic}[{lag.partition}]' "
+            "--to OFFSET --reason WHY`")
+
+
 def render(status: PipelineStatus) -> str:
     last = status.last_commit
-    parts = [f"pipeline {status.name}" + (" — STALLED" if status.stalls else ""),
+    parts = [f"pipeline {status.name}" + (" — STALLED" if status.stopped else ""),
              *(render_stall(status.name, stall) for stall in status.stalls),
+             *(render_went_back(status.name, p) for p in status.lag if p.went_back),
              "last committed checkpoint: " + ("none" if last is None else
                                               f"{last.id} ({last.records} records, interval end "
                                               f"{_when(last.interval_end)}, committed {_when(last.committed_at)})"),
@@ -234,9 +253,9 @@ def main() -> int:
                              f"{', '.join(names) or 'none'})")
         statuses = [read_status(conn, kafka, name, args.history) for name in ([args.pipeline] if args.pipeline
                                                                             else names)]
-    for status in sorted(statuses, key=lambda s: not s.stalls):  # stalled pipelines first
+    for status in sorted(statuses, key=lambda s: not s.stopped):  # stalled pipelines first
         print(render(status) + "\n")
-    return STALLED if any(s.stalls for s in statuses) else 0
+    return STALLED if any(s.stopped for s in statuses) else 0
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 letters' staging table, and the contributions an upsert or aggregate sink keeps per
 checkpoint (what a reprocessing recomputes from). The one place these names are made.
 
-A ledger table's name is `stg_<pipeline>_<sink>` (`ctb_` for contributions) when that
-(and its index names) fits PostgreSQL's 63-byte identifiers; a longer one is cut and
-suffixed with a hash of the whole, so two sinks never share a table (PostgreSQL would
-otherwise truncate both names to the same one, and `CREATE … IF NOT EXISTS` would reuse it).
+A ledger table's name is `stg<n>_<pipeline>_<sink>` (`ctb` for contributions), n being the
+length of the pipeline's name: without it, pipeline `orders_eu` with sink `totals` and
+pipeline `orders` with sink `eu_totals` would share a table. A name that does not fit
+PostgreSQL's 63-byte identifiers with its index suffixes is cut and suffixed with a hash of
+pipeline and sink, so two sinks never share a table (PostgreSQL would otherwise truncate
+both names to the same one, and `CREATE … IF NOT EXISTS` would reuse it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ def final_table(sink: Sink) -> sql.Identifier:
 def staging_name(pipeline: str, sink: str, prefix: str = "stg") -> str:
     """The staging (or contributions) table's name in LEDGER_SCHEMA of a sink; at most 63
     bytes with its index suffix."""
-    name = f"{prefix}_{pipeline}_{sink}"
+    return _fitted(f"{prefix}{len(pipeline)}_{pipeline}_{sink}", pipeline, sink)
+
+
+def _fitted(name: str, pipeline: str, sink: str) -> str:
+    """The name, or, where it leaves no room for an index suffix, its start and a hash of
+    pipeline and sink."""
     room = IDENTIFIER_LIMIT - len(_INDEX_SUFFIX)
     if len(name) <= room:
         return name
@@ -45,6 +52,15 @@ def staging_table(config: PipelineConfig, name: str) -> sql.Identifier:
         return DEAD_LETTER_STAGING
     config.sink(name)  # a name that is no sink of the pipeline fails here, not in SQL
     return sql.Identifier(LEDGER_SCHEMA, staging_name(config.name, name))
+
+
+def earlier_tables(config: PipelineConfig, sink: Sink) -> tuple[sql.Identifier, sql.Identifier]:
+    """A sink's (staging, contributions) tables as the rule before the length prefix named
+    them, `stg_<pipeline>_<sink>`, which two pipelines could share: registration moves the
+    pipeline's rows out of them. Never names of the current rule (`stg<digits>_…`)."""
+    pipeline, name = config.name, sink.name
+    return tuple(sql.Identifier(LEDGER_SCHEMA, _fitted(f"{prefix}_{pipeline}_{name}", pipeline, name))
+                 for prefix in ("stg", "ctb"))
 
 
 def staging_index(config: PipelineConfig, sink: Sink) -> sql.Identifier:

@@ -20,6 +20,7 @@ from exactly_once.checkpoints import Begun, Outcome, State
 from exactly_once.config import PipelineConfig
 from exactly_once.errors import AttemptFailed, Fenced, NotRunnable, PipelineError, Stalled
 from exactly_once.kafka_offsets import KafkaOffsets
+from exactly_once.leases import heartbeat
 from exactly_once.migrate import migrate
 from exactly_once.planning import Reach
 from exactly_once.protocol import Ledger
@@ -105,14 +106,15 @@ def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[st
     (a cleared or retried task)."""
     try:
         attempt = ledger.start_attempt(checkpoint_id).attempt
-    except NotRunnable as done:
-        if done.state in (State.PRECOMMITTED, State.COMMITTED):
-            log.info("nothing to run: %s", done)
+    except NotRunnable as refused:
+        if refused.done:
+            log.info("nothing to run: %s", refused)
             return None
         raise
     log.info("checkpoint %s attempt %s: running the increment job", checkpoint_id, attempt)
     try:
-        execute(job_arguments(ledger.config, checkpoint_id, attempt))
+        with heartbeat(ledger, checkpoint_id, attempt):  # the lease lasts while this task lives
+            execute(job_arguments(ledger.config, checkpoint_id, attempt))
     except Exception as failure:
         verdict = attempt_failure(ledger, checkpoint_id, attempt, failure)
         if verdict is not None:

@@ -4,33 +4,32 @@ what each attempt records it ran with, and what tells one configuration from the
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from functools import cache
 from pathlib import Path
 
-from exactly_once.config import PipelineConfig
+from exactly_once.config import ConfigError, PipelineConfig
+from exactly_once.shipping import package_files, transform_package
 from exactly_once.sqlfiles import SQL_DIR
 
 
 def config_version(config: PipelineConfig) -> str:
-    """A hash of the configuration as loaded, of its transform module's source and of the
-    library's version: a deploy that changes any of them is a new version. Found without
-    importing the transform's module."""
+    """A hash of the configuration as loaded, of the transform's code as the job ships it
+    (its whole top-level package: a helper module it imports is the transform too) and of
+    the library's version: a deploy that changes any of them is a new version. Found
+    without importing the transform."""
     digest = hashlib.sha256(config.model_dump_json().encode())
     digest.update(f"\0{library_version()}\0".encode())
     if config.transform:
-        digest.update(_source(config.transform.partition(":")[0]))
+        digest.update(_shipped_transform(config))
     return digest.hexdigest()[:16]
 
 
-def _source(module: str) -> bytes:
+def _shipped_transform(config: PipelineConfig) -> bytes:
     try:
-        spec = importlib.util.find_spec(module)
-    except Exception:  # a parent package that does not import: the preflight names it
-        spec = None
-    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        files = package_files(*transform_package(config))
+    except (ConfigError, ImportError, ValueError):  # not importable here: the preflight names it
         return b"\0not found"
-    return Path(spec.origin).read_bytes()
+    return b"".join(f"\0{name}\0".encode() + path.read_bytes() for name, path in files)
 
 
 @cache

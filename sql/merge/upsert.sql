@@ -1,16 +1,19 @@
--- upsert: by key, the record with the highest offset wins, whatever order checkpoints
--- commit in (a key lives in one partition, so offsets compare; the partition only breaks
--- ties deterministically). plugins/exactly_once/sinks/upsert.py.
+-- upsert: by key, the newest record's row wins, whatever order checkpoints commit in. Newest
+-- is highest in the sink's order (plugins/exactly_once/sinks/upsert.py, where Spark's fold
+-- uses it too): (order_by, kafka_topic, kafka_partition, kafka_offset) with an order_by
+-- column, else (kafka_offset, kafka_partition), which holds while each key lives in one
+-- partition of one topic. {newest_first} is it descending; {held} and {new} are it of the
+-- final row and of the row merged.
 
 -- name: newest
 -- Per key, the newest of {source}'s rows that {where} picks.
 SELECT DISTINCT ON ({keys}) {columns}
 FROM {source}
 WHERE {where}
-ORDER BY {keys}, kafka_offset DESC, kafka_partition DESC
+ORDER BY {keys}, {newest_first}
 
 -- name: merge
 INSERT INTO {final} AS f ({columns})
 {newest}
 ON CONFLICT ({keys}) DO UPDATE SET {take_new}
-WHERE (f.kafka_offset, f.kafka_partition) < (EXCLUDED.kafka_offset, EXCLUDED.kafka_partition)
+WHERE ({held}) < ({new})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from contextlib import closing
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -104,19 +105,20 @@ class Orders:
             begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self.runs}", None, None)
         return begun.checkpoint.id if after_begin(begun) is TaskOutcome.DONE else None
 
-    def increment(self, spark, checkpoint_id: int) -> None:
-        """The run's increment task (or a cleared one), the Spark job in this process."""
+    def increment(self, spark, checkpoint_id: int, runner: Callable[[list[str]], None] | None = None) -> None:
+        """The run's increment task (or a cleared one): the Spark job run by `runner`, as the
+        Airflow task runs it (exactly_once.spark_jobs), else in this process's session."""
         def in_process(arguments: list[str]) -> None:
             attempt = int(arguments[arguments.index("--attempt") + 1])
             execute_attempt(spark, self.ledger, checkpoint_id, attempt, KafkaClient.at(self.servers), self.db_url)
 
-        tasks.run_increment(self.ledger, checkpoint_id, in_process)
+        tasks.run_increment(self.ledger, checkpoint_id, runner or in_process)
 
-    def run(self, spark) -> int | None:
+    def run(self, spark=None, runner: Callable[[list[str]], None] | None = None) -> int | None:
         """A whole DAG run: begin, increment, commit."""
         checkpoint_id = self.begin()
         if checkpoint_id is not None:
-            self.increment(spark, checkpoint_id)
+            self.increment(spark, checkpoint_id, runner)
             assert tasks.commit_checkpoint(self.ledger, checkpoint_id, 1) is Outcome.COMMITTED
         return checkpoint_id
 

@@ -4,6 +4,7 @@ column (or the transform), the valid records commit exactly once, and nothing st
 
 from __future__ import annotations
 
+import secrets
 from contextlib import closing
 
 import psycopg2
@@ -12,6 +13,8 @@ import pytest
 from exactly_once import tasks
 from exactly_once.checkpoints import State
 from exactly_once.errors import PromotionRefused
+from exactly_once.increment import offsets_per_task
+from exactly_once.staging import rows_per_batch
 from exactly_once.outcomes import TaskOutcome, after_error
 from tests.jobs.poison import TRANSFORM, Orders, order, valid_orders
 
@@ -82,3 +85,46 @@ def test_a_promotion_refused_at_commit_sends_the_checkpoint_back_and_the_next_ru
     orders.assert_exact()
     assert sorted(orders.dead_letter_reasons().values()) == \
         ['sink orders: new row for relation "orders" violates check constraint "no_o5"']
+
+
+def test_a_key_too_large_for_a_final_tables_index_is_a_dead_letter_and_the_rest_commits(spark, ledger_db,
+                                                                                         kafka_servers, topic):
+    """Staging has no index on the keys, so the key passes staging and pre-commit; the final
+    table's unique index refuses it at commit (54000): a record's fault, like a CHECK."""
+    orders = Orders(ledger_db, kafka_servers, topic, extra_ddl="ALTER TABLE {s}.latest ALTER sku TYPE text; "
+                                                               "ALTER TABLE {s}.per_sku ALTER sku TYPE text; "
+                                                               "ALTER TABLE {s}.orders ALTER sku TYPE text;")
+    huge = order("huge", sku=secrets.token_hex(4000))  # 8,000 characters that do not compress: over 2,704 bytes
+    orders.produce(valid_orders(0, 12) + [(1, b"k", huge)])
+    checkpoint_id = orders.begin()
+    orders.increment(spark, checkpoint_id)
+    with pytest.raises(PromotionRefused, match="index row size"):
+        tasks.commit_checkpoint(orders.ledger, checkpoint_id, 1)
+
+    orders.run(spark)  # the next run's attempt promotes every sink on trial and isolates the record
+    orders.bad = {huge}
+    orders.assert_exact()
+    [reason] = orders.dead_letter_reasons().values()
+    assert reason.startswith("sink latest: index row size") and 'index "latest_pkey"' in reason
+
+
+def test_a_record_larger_than_max_record_bytes_is_a_dead_letter_before_it_is_parsed(spark, ledger_db, kafka_servers,
+                                                                                     topic):
+    orders = Orders(ledger_db, kafka_servers, topic)
+    orders.config = orders.ledger.config = orders.config.model_copy(update={"max_record_bytes": 300})
+    large = order("large", note="n" * 400)
+    orders.produce(valid_orders(0, 12) + [(2, b"k", large)])
+    orders.run(spark)
+    orders.bad = {large}
+    orders.assert_exact()
+    assert list(orders.dead_letter_reasons().values()) == \
+        [f"record of {len(large) + 1} bytes (key and value) is larger than max_record_bytes 300"]
+
+
+def test_tasks_and_batches_hold_fewer_records_when_records_may_be_large():
+    assert offsets_per_task(None) == 250_000
+    assert offsets_per_task(1024) == 250_000
+    assert offsets_per_task(2**20) == 256  # 256 MiB a task at most
+    assert offsets_per_task(2**30) == 1
+    assert (rows_per_batch(None), rows_per_batch(1024)) == (10_000, 10_000)
+    assert rows_per_batch(2**20) == 64  # 64 MiB a batch at most

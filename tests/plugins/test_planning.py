@@ -84,15 +84,30 @@ def test_released_ranges_are_taken_whole_by_the_next_run_whatever_its_interval()
     assert cut.released == (r(3, 9), r(20, 30)) and cut.gaps == (r(3, 5),) and cut.replanned == (r(5, 9), r(20, 30))
 
 
-def test_the_cap_is_shared_by_backlog_keeps_the_oldest_offsets_and_spares_replanned_ranges():
-    def partition(p, *fresh, replanned=()):
-        return PartitionPlan("t", p, 0, replanned=replanned, fresh=fresh)
+def test_the_cap_takes_released_ranges_first_and_shares_the_rest_by_backlog_keeping_the_oldest_offsets():
+    def partition(p, *fresh, released=()):
+        return PartitionPlan("t", p, 0, released=released, replanned=released, fresh=fresh)
     plans = [partition(0, r(0, 40), r(50, 70)), partition(1, r(0, 30, 1)), partition(2, r(0, 10, 2)),
-             partition(3, replanned=(r(0, 5, 3),))]
+             partition(3, released=(r(0, 5, 3),))]
     capped = cap_plans(plans, 25)
-    assert [p.size for p in capped] == [12, 6, 2, 5]  # 20 left after the replanned 5: 60:30:10
+    assert [p.size for p in capped] == [12, 6, 2, 5]  # 20 left after the released 5: 60:30:10
     assert capped[0].ranges == (r(0, 12),)
     assert cap_plans(plans, 1000) == plans
+
+
+def test_the_cap_splits_a_released_range_and_leaves_the_rest_released_for_a_later_plan():
+    released = (r(100, 1100, 0), r(0, 50, 1))
+    plans = [PartitionPlan("t", 0, 0, released=released[:1], replanned=released[:1], fresh=(r(1100, 1200),)),
+             PartitionPlan("t", 1, 0, released=released[1:], replanned=released[1:])]
+    first, second = cap_plans(plans, 300)
+    assert first.ranges == (r(100, 400),) and first.released == released[:1]
+    assert first.left_released == (r(400, 1100),)
+    assert second.size == 0 and second.released == () and second.left_released == ()  # untouched: still released
+    # retention cut the front of a released range: its gap is taken even when nothing of it is read
+    cut = PartitionPlan("t", 0, 0, released=(r(0, 100),), replanned=(r(30, 100),), gaps=(r(0, 30),))
+    [capped] = cap_plans([cut], 0)
+    assert capped.released == (r(0, 100),) and capped.replanned == (r(30, 30),)
+    assert capped.left_released == (r(30, 100),) and capped.size == 0
 
 
 def test_a_checkpoint_plans_every_partition_in_order_new_ones_from_the_start():

@@ -266,3 +266,17 @@ def test_in_airflow_the_first_task_fails_the_run_with_the_report_and_no_spark_jo
             "ModuleNotFoundError") in log
     assert f"- sink 'events': table {config.name}.events: does not exist\n    fix: CREATE TABLE" in log
     assert checkpoints(ledger_db, config) == 0  # the increment task never had a checkpoint to run
+
+
+def test_the_version_covers_every_module_of_the_shipped_transform_package(ledger_db, topic, tmp_path, monkeypatch):
+    package = f"transforms_{uuid.uuid4().hex[:8]}"
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "prices.py").write_text("RATE = 1\n")
+    (tmp_path / package / "shop.py").write_text("from . import prices\n\ndef prepare(rows):\n    return rows\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = make_pipeline(ledger_db, topic, transform=f"{package}.shop:prepare")
+
+    version = config_version(config)
+    (tmp_path / package / "prices.py").write_text("RATE = 2\n")  # a helper the job ships changes
+    assert config_version(config) != version

@@ -10,6 +10,7 @@ from contextlib import closing
 from datetime import datetime, timedelta, timezone
 
 import psycopg2
+import psycopg2.errors
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -339,7 +340,12 @@ def test_staging_rows_deleted_after_pre_commit_are_refused_and_the_checkpoint_ru
     checkpoint = pipeline.begin().checkpoint
     committable = pipeline.driver.run(checkpoint.id)
     events = qualified(staging_table(pipeline.config, "events"))
-    query(pipeline.db_url, f"DELETE FROM {events} WHERE ctid IN (SELECT ctid FROM {events} LIMIT 2)")
+    delete = f"DELETE FROM {events} WHERE ctid IN (SELECT ctid FROM {events} LIMIT 2)"
+    with pytest.raises(psycopg2.errors.InsufficientPrivilege, match="rows are frozen"):
+        query(pipeline.db_url, delete)  # the database refuses it
+    # The table's owner can switch that off; the commit's count still sees the change.
+    query(pipeline.db_url, f"ALTER TABLE {events} DISABLE TRIGGER frozen_deletes; {delete}; "
+                           f"ALTER TABLE {events} ENABLE TRIGGER frozen_deletes")
     with pytest.raises(StagedDataChanged, match=rf"checkpoint {checkpoint.id} not committed: staged rows changed"):
         pipeline.ledger.commit(checkpoint.id)
     after = pipeline.ledger.checkpoint(checkpoint.id)
@@ -467,3 +473,16 @@ def test_the_spark_job_reads_the_configuration_back_as_registered_field_order_in
     run_with = Ledger.of_attempt(pipeline.config.name, checkpoint.id, attempt, pipeline.ledger.connect).config
     assert run_with == pipeline.config
     assert list(run_with.source.value_schema) == list(schema)
+
+
+def test_a_begin_runs_no_ddl_that_would_wait_for_a_staging_write_in_flight(ledger_db, kafka_servers, topic):
+    pipeline = Pipeline(ledger_db, kafka_servers, topic,
+                        connect=lambda: psycopg2.connect(ledger_db, options="-c lock_timeout=2000"))
+    pipeline.produce(workload(0))
+    pipeline.run_once()
+    with closing(psycopg2.connect(ledger_db)) as writer, writer.cursor() as cur:
+        for name in ("events", "totals"):  # what an attempt's INSERTs hold until its Spark tasks commit
+            cur.execute(f"LOCK TABLE {qualified(staging_table(pipeline.config, name))} IN ROW EXCLUSIVE MODE")
+        pipeline.produce(workload(1000))
+        assert pipeline.begin().new  # planned without waiting for the writer (lock_timeout 2 s)
+        writer.rollback()

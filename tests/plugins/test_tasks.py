@@ -5,6 +5,8 @@ ran the job."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -170,3 +172,16 @@ def test_a_dag_whose_increment_tries_cannot_reach_stall_after_is_refused(stack_e
     pipeline = Pipeline(ledger_db, kafka_servers, topic, stall_after=4)
     with pytest.raises(ConfigError, match="stall_after 4 exceeds the increment task's 3 tries"):
         checkpoint_tasks(pipeline.config)
+
+
+def test_a_begin_that_may_pass_on_a_retry_is_retried_and_an_increment_that_hangs_is_stopped(
+        stack_env, ledger_db, kafka_servers, topic):
+    from airflow.sdk import DAG
+
+    from exactly_once.airflow_tasks import checkpoint_tasks
+
+    pipeline = Pipeline(ledger_db, kafka_servers, topic)
+    with DAG(dag_id=f"d_{pipeline.config.name}", schedule=None) as dag:
+        checkpoint_tasks(pipeline.config, increment_timeout=timedelta(hours=2))
+    assert dag.get_task("begin_checkpoint").retries >= 1  # a Kafka blip or a deadlock fails no run
+    assert dag.get_task("increment").execution_timeout == timedelta(hours=2)

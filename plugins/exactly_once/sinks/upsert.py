@@ -1,14 +1,31 @@
-"""upsert: by key, the row of the record with the highest offset wins, whatever order
-checkpoints commit in."""
+"""upsert: by key, the newest record's row wins, whatever order checkpoints commit in.
+
+Newest is highest in the sink's `order`, one order wherever a key's newest row is picked:
+Spark's per-key fold of an attempt's rows (`staging_rows`), PostgreSQL's fold of a
+checkpoint's staged rows or of every checkpoint's contributions (`folded`, also a
+reprocessing's recompute) and the merge into the final table (`merge`):
+
+- with `order_by`: (order_by, kafka_topic, kafka_partition, kafka_offset), the record's
+  coordinates breaking ties;
+- without: (kafka_offset, kafka_partition). Offsets compare only within a partition, so this
+  holds while each key lives in one partition of one topic: several topics are refused when
+  the configuration loads (exactly_once.config), and a planner refuses partitions added to a
+  topic already read (`ambiguous_partitions`).
+"""
 
 from __future__ import annotations
 
 from psycopg2 import sql
 
-from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION
+from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, ConfigError, PipelineConfig
 from exactly_once.sinks import each, names, require_columns
 from exactly_once.sinks._keyed import Keyed
 from exactly_once.sqlfiles import named
+
+COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
+# Spark compares strings by their bytes; so does PostgreSQL with the "C" collation, whatever
+# collation the topic column has (a locale's would put 'orders_a' before 'orders-b').
+BYTEWISE = sql.SQL(' COLLATE "C"')
 
 
 class Upsert(Keyed):
@@ -17,9 +34,14 @@ class Upsert(Keyed):
             raise ValueError("upsert sinks need keys")
         if sink.measures:
             raise ValueError(f"upsert sinks take no measures, got {dict(sink.measures)}")
+        if sink.order_by in sink.keys:
+            raise ValueError(f"order_by {sink.order_by!r} is a key column: every row of a key has its value")
+        if sink.order_by in COORDINATES:
+            raise ValueError(f"order_by {sink.order_by!r} is a coordinate of the record: the coordinates break "
+                             "ties after order_by, and without order_by the offset orders")
 
     def required_columns(self, sink) -> frozenset[str]:
-        return frozenset((*sink.keys, KAFKA_PARTITION, KAFKA_OFFSET))
+        return frozenset((*sink.keys, *order(sink)))
 
     def record_columns(self, sink, columns) -> list[str]:
         return columns
@@ -30,19 +52,82 @@ class Upsert(Keyed):
     def staging_rows(self, rows, sink, columns):
         from pyspark.sql import functions as F
 
-        require_columns(rows, sink, columns)
+        require_columns(rows, sink, [*columns, *order(sink)])
         # An aggregate, not a window: each task keeps its newest row per key before the shuffle.
-        newest = F.max_by(F.struct(*columns), F.struct(KAFKA_OFFSET, KAFKA_PARTITION))
+        newest = F.max_by(F.struct(*columns), F.struct(*_spark_order(rows, sink)))
         return rows.groupBy(*sink.keys).agg(newest.alias("_newest")).select("_newest.*")
 
     def folded(self, sink, source, where, columns) -> sql.Composed:
         return sql.SQL(named("merge/upsert.sql")["newest"]).format(
-            source=source, where=where, keys=names(sink.keys), columns=names(columns))
+            source=source, where=where, keys=names(sink.keys), columns=names(columns),
+            newest_first=sql.SQL(", ").join(c + sql.SQL(" DESC") for c in _compared(sink)))
 
     def merge(self, sink, tables, folded) -> sql.Composed:
         return sql.SQL(named("merge/upsert.sql")["merge"]).format(
             final=tables.final, newest=folded, columns=names(tables.columns), keys=names(sink.keys),
-            take_new=each("{c} = EXCLUDED.{c}", [c for c in tables.columns if c not in sink.keys]))
+            take_new=each("{c} = EXCLUDED.{c}", [c for c in tables.columns if c not in sink.keys]),
+            held=sql.SQL(", ").join(_compared(sink, "f.")), new=sql.SQL(", ").join(_compared(sink, "EXCLUDED.")))
 
 
 MODE = Upsert()
+
+
+def order(sink) -> tuple[str, ...]:
+    """The columns of an upsert sink's order, the most significant first."""
+    if sink.order_by is None:
+        return KAFKA_OFFSET, KAFKA_PARTITION
+    return sink.order_by, *COORDINATES
+
+
+def _compared(sink, alias: str = "") -> list[sql.Composed]:
+    """The order's columns as PostgreSQL compares them, of the table `alias` names (with its
+    dot): the configured column quoted; the library's need no quoting."""
+    compared = []
+    for column in order(sink):
+        name = sql.SQL(alias) + (sql.Identifier(column) if column == sink.order_by else sql.SQL(column))
+        compared.append(name + BYTEWISE if column == KAFKA_TOPIC else name)
+    return compared
+
+
+def _spark_order(rows, sink) -> list:
+    """The order's columns as Spark compares them. An order_by value must compare alike in
+    PostgreSQL, and be there."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType, NumericType, TimestampNTZType, TimestampType
+
+    if sink.order_by is None:
+        return [F.col(c) for c in order(sink)]
+    kind = rows.schema[sink.order_by].dataType
+    if not isinstance(kind, (NumericType, DateType, TimestampType, TimestampNTZType)):
+        raise ConfigError(f"sink {sink.name!r} ({sink.table}): order_by column {sink.order_by} is "
+                          f"{kind.simpleString()}: PostgreSQL may order its values otherwise than Spark (text by "
+                          "a collation); order by a number, a date or a timestamp (the transform can make one)")
+    # Of a null, PostgreSQL's fold would make the newest row (DESC puts nulls first), Spark's the
+    # oldest and the merge's comparison neither: the record fails its write (raise_error) and
+    # record isolation sets it aside with this reason. A NOT NULL column's row check refuses it before.
+    value = F.col(sink.order_by)
+    refused = F.raise_error(F.lit(f"order_by column {sink.order_by} is null: a newest row cannot be told"))
+    return [F.when(value.isNull(), refused).otherwise(value), *(F.col(c) for c in COORDINATES)]
+
+
+def by_offset(sink) -> bool:
+    """Whether the sink is an upsert sink ordered by offset, which holds only while each key
+    lives in one partition of one topic."""
+    return sink.strategy is MODE and sink.order_by is None
+
+
+def ambiguous_partitions(config: PipelineConfig, planned_before: set[tuple[str, int]],
+                         seen: set[tuple[str, int]]) -> str | None:
+    """Why the (topic, partition)s Kafka shows (`seen`) cannot be planned beside those planned
+    before, or None: a partition added since holds keys' newer records at offsets below their
+    older ones', so an upsert sink ordered by offset would keep stale rows. A first plan adds
+    nothing: no key lived anywhere before."""
+    added = sorted(seen - planned_before) if planned_before else []
+    unordered = [sink.name for sink in config.sinks if by_offset(sink)]
+    if not (added and unordered):
+        return None
+    return (f"pipeline {config.name!r}: partitions {', '.join(f'{t}[{p}]' for t, p in added)} were added; a key's "
+            "newer records there may have lower offsets than its older ones, so "
+            + ", ".join(f"upsert sink {name!r}" for name in unordered)
+            + " (ordered by offset) would keep stale rows: set its order_by (an event time, say) before they are "
+              "read")
