@@ -155,7 +155,7 @@ def environment() -> dict[str, str]:
         "SPARK_CONF_DIR": str(SPARK_CONF_DIR),
         "SPARK_LOCAL_IP": LOOPBACK,
         "PYSPARK_PYTHON": str(VENV / "bin" / "python"),
-        # The library and the demo for `python -m exactly_once.status`,
+        # The library and the demo for `python -m exactly_once.operate.status`,
         # `python -m exactly_once_demo.produce`, Spark's workers.
         "PYTHONPATH": str(ROOT / "plugins"),
         "AIRFLOW_HOME": str(AIRFLOW_HOME),

@@ -5,7 +5,7 @@ Spark Connect server, itself on local[2], with the connector jars of spark-defau
 them by `start(mode)`. Each is stopped by PID.
 
 The services run without the project's PYTHONPATH: their executors and Python workers can
-import the library and the transform only from what the job ships (exactly_once.shipping).
+import the library and the transform only from what the job ships (exactly_once.spark.shipping).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Airflow plugin of the exactly-once library: the pipelines view, a FastAPI app in the
-api-server (`exactly_once.overview_app`) and its page in the UI's Browse menu. Airflow's
+api-server (`exactly_once.operate.overview_app`) and its page in the UI's Browse menu. Airflow's
 plugin loader imports this file in every process (the library itself, exactly_once/, is in
 .airflowignore); the app is built in the api-server only, as Airflow's edge3 provider does,
 so that workers neither import the web stack nor read connections as a server.
@@ -19,7 +19,7 @@ def _apps() -> list[dict]:
     if not RUNNING_ON_APISERVER:
         return []
     from exactly_once import connections
-    from exactly_once.overview_app import app
+    from exactly_once.operate.overview_app import app
 
     connections.read_from_metadata_database()  # the api-server is a server: Admin → Connections count
     return [{"app": app, "url_prefix": URL_PREFIX, "name": "Exactly-once pipelines"}]

@@ -1,4 +1,4 @@
--- Statements of plugins/exactly_once/row_checks.py, by name.
+-- Statements of plugins/exactly_once/catalog.py, by name.
 
 -- name: column_types
 -- Each column of a table with what its type lets in. A domain is followed down to its base

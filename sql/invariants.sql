@@ -1,4 +1,4 @@
--- The ledger's invariants (plugins/exactly_once/invariants.py), by name. Each
+-- The ledger's invariants (plugins/exactly_once/ledger/invariants.py), by name. Each
 -- statement returns one line per violation; none means the invariant holds.
 -- They hold whenever no run is between its steps: after a run, or after recovery.
 

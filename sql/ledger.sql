@@ -1,4 +1,4 @@
--- Statements of the protocol (plugins/exactly_once/protocol.py, ledger_rows.py, registration.py), by name.
+-- Statements of the ledger (plugins/exactly_once/ledger/: protocol.py, commit.py, rows.py, registration.py, holders.py), by name.
 -- {staging} and {final} are identifiers filled in with psycopg2.sql.
 
 -- name: lock_pipeline
@@ -83,7 +83,7 @@ WHERE checkpoint_id = %(checkpoint_id)s AND (%(attempt)s::int IS NULL OR attempt
 -- Staging rows that no commit can promote: written late by a fenced (zombie) attempt,
 -- left by one that crashed, or a committed checkpoint's whose clean-up did not run
 -- (Ledger.commit). Live rows belong to a running checkpoint's current attempt
--- (tagged with its number, or its negative while it probes: exactly_once.staging) or
+-- (tagged with its number, or its negative while it probes: exactly_once.spark.staging) or
 -- to the pre-committed attempt; each statement sees one snapshot of both tables, and an
 -- attempt writes only after start_attempt committed, so live rows are never matched. A
 -- checkpoint stalled at commit keeps its pre-committed rows.
@@ -463,3 +463,12 @@ SELECT to_regclass(%(table)s) IS NOT NULL AND to_regclass(%(index)s) IS NOT NULL
 -- name: contributions_ready
 SELECT to_regclass(%(table)s) IS NOT NULL AND to_regclass(%(by_checkpoint)s) IS NOT NULL
    AND to_regclass(%(by_keys)s) IS NOT NULL;
+
+-- name: holders
+-- Checkpoints whose live ranges hold some of the offsets [from_offset, to_offset).
+SELECT DISTINCT c.id, c.state::text, c.dag_run_id
+FROM exactly_once.checkpoint_ranges r
+JOIN exactly_once.checkpoints c ON c.id = r.checkpoint_id
+WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND NOT r.released
+  AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+ORDER BY c.id;

@@ -1,4 +1,4 @@
--- The pipelines view in Airflow's UI (plugins/exactly_once/overview.py), by name;
+-- The pipelines view in Airflow's UI (plugins/exactly_once/operate/overview.py), by name;
 -- read-only but for record_dag, which the first task of a run calls.
 
 -- name: record_dag
@@ -11,8 +11,8 @@ SELECT name, dag_id FROM exactly_once.pipelines ORDER BY name;
 -- name: dead_letter_reasons
 -- Dead letters per kind of reason, the most frequent %(limit)s kinds: a reason's numbers
 -- of two digits or more (values of the record: a price, a length, a timestamp) are one
--- kind (`#`), and its text is cut.
-SELECT left(regexp_replace(reason, '\m([0-9]{2,}|[0-9]+\.[0-9]+)(\.[0-9]+)*\M', '#', 'g'), %(characters)s) AS kind, count(*)
+-- kind (`#`), but for a type's (`numeric(12,2)`, `varchar(255)`), and its text is cut.
+SELECT left(regexp_replace(reason, '\m([0-9]{2,}|[0-9]+\.[0-9]+)(\.[0-9]+)*\M(?![,)])', '#', 'g'), %(characters)s) AS kind, count(*)
 FROM exactly_once.dead_letters
 WHERE pipeline = %(pipeline)s
 GROUP BY kind

@@ -1,4 +1,4 @@
--- Statements of plugins/exactly_once/preflight.py, by name.
+-- Statements of plugins/exactly_once/operate/preflight.py, by name.
 
 -- name: passed
 SELECT 1 FROM exactly_once.preflights WHERE pipeline = %(pipeline)s AND config_version = %(version)s;

@@ -1,4 +1,4 @@
--- Read-only questions about pipelines (plugins/exactly_once/status.py), by name.
+-- Read-only questions about pipelines (plugins/exactly_once/operate/status.py), by name.
 
 -- name: pipelines
 SELECT name FROM exactly_once.pipelines ORDER BY name;
@@ -49,15 +49,6 @@ SELECT topic, partition, from_offset, to_offset, checkpoint_id, recorded_at
 FROM exactly_once.gaps
 WHERE pipeline = %(pipeline)s
 ORDER BY topic, partition, from_offset;
-
--- name: holders
--- Checkpoints whose live ranges hold some of the offsets [from_offset, to_offset).
-SELECT DISTINCT c.id, c.state::text, c.dag_run_id
-FROM exactly_once.checkpoint_ranges r
-JOIN exactly_once.checkpoints c ON c.id = r.checkpoint_id
-WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND NOT r.released
-  AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s)
-ORDER BY c.id;
 
 -- name: stalled
 -- Stalled checkpoints: their ranges, failed attempts, last error and since when.

@@ -45,7 +45,7 @@ def pipeline_db_url(stack_env) -> str:
 @pytest.fixture(scope="session")
 def ledger_db(pipeline_db_url) -> str:
     """The pipeline database with the ledger schema migrated."""
-    from exactly_once.migrate import migrate
+    from exactly_once.ledger.migrate import migrate
 
     with closing(psycopg2.connect(pipeline_db_url)) as conn:
         migrate(conn)

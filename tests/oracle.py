@@ -21,8 +21,9 @@ from typing import Any
 import psycopg2
 from psycopg2 import sql
 
-from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, PipelineConfig, Sink
-from exactly_once.tables import DEAD_LETTERS, final_table
+from exactly_once.config import PipelineConfig, Sink
+from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+from exactly_once.ledger.tables import DEAD_LETTERS, final_table
 
 Row = dict[str, Any]
 Tables = dict[str, list[Row]]  # per sink name (and DEAD_LETTERS), every row, duplicates kept
@@ -51,7 +52,7 @@ RowOf = Callable[[Record], "Row | None"]
 
 
 def in_ranges(record: Record, ranges: Iterable) -> bool:
-    """Whether the record lies in one of the offset ranges (exactly_once.planning.OffsetRange)."""
+    """Whether the record lies in one of the offset ranges (exactly_once.ledger.planning.OffsetRange)."""
     return any(r.topic == record.topic and r.partition == record.partition and r.start <= record.offset < r.end
                for r in ranges)
 

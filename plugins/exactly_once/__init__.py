@@ -1,6 +1,15 @@
 """Exactly-once batch increments from Kafka into PostgreSQL.
 
-The protocol (begin, start_attempt, pre_commit, commit, abort, recover) is in
-`protocol.py`; its values and states in `checkpoints.py` (the transitions drawn in
-`sql/migrations/0001_ledger.sql`); the run path of a DAG run's tasks in `tasks.py`.
+Layers, each importing only those below it:
+
+    orchestration/   the Airflow adapter: checkpoint_tasks, the run path (tasks.py), outcomes
+    operate/         status, stalls, the pipelines view, preflight, scaffold, reference
+    spark/           the worker: the Spark job of one attempt, staging writes, record isolation
+    ledger/          the coordinator's state: the protocol (ledger/protocol.py), its states
+                     (ledger/checkpoints.py, sql/migrations/), planning, registration
+    (this package)   shared values and clients: configuration, errors, sink modes (sinks/),
+                     value formats (formats/), Spark types, the catalog, SQLSTATEs, the
+                     database and Kafka clients, Airflow connections, SQL files, fault points
+
+`python -m exactly_once` (__main__.py) is the command line above them all.
 """

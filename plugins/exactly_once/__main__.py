@@ -4,12 +4,12 @@
         the preflight, without starting Spark: every problem of the pipeline(s) of a DAG
         file (or of a pipeline as registered in the ledger), exit status 1 when there is one
     python -m exactly_once new NAME --topic TOPIC --schema 'field:type,...'
-        a first pipeline: its configuration module, DAG file and table DDL (exactly_once.scaffold)
+        a first pipeline: its configuration module, DAG file and table DDL (exactly_once.operate.scaffold)
     python -m exactly_once reference
-        the configuration reference, in Markdown, from the model (exactly_once.reference)
+        the configuration reference, in Markdown, from the model (exactly_once.operate.reference)
     python -m exactly_once reprocess DAG_FILE_OR_PIPELINE CHECKPOINT_ID
         replays a committed checkpoint's frozen ranges with the DAG file's configuration (or the
-        one last registered) and replaces its rows in every sink (exactly_once.reprocessing)
+        one last registered) and replaces its rows in every sink (exactly_once.orchestration.reprocessing)
 
 Connections are Airflow's (`pipeline_db`, `kafka_default`, `spark_default`), read from the
 environment and from Airflow's metadata database (`exactly_once.connections`).
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import psycopg2
 
-from exactly_once.config import ConfigError, PipelineConfig, load_config
+from exactly_once.config import PipelineConfig, load_config
+from exactly_once.errors import ConfigError
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.problems import Problem, report
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "reprocess":
         return run_reprocess(args.target, args.checkpoint_id)
     if args.command == "new":
-        from exactly_once.scaffold import scaffold
+        from exactly_once.operate.scaffold import scaffold
 
         try:
             written = scaffold(args.name, args.topic, args.schema, args.table, args.dags, args.plugins)
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("\n".join(["wrote:", *(f"  {path}" for path in written)]))
         return 0
-    from exactly_once.reference import markdown
+    from exactly_once.operate.reference import markdown
 
     print(markdown(), end="")
     return 0
@@ -99,7 +100,7 @@ def run_reprocess(target: str, checkpoint_id: int) -> int:
     import logging
 
     from exactly_once import connections
-    from exactly_once.reprocessing import reprocess
+    from exactly_once.orchestration.reprocessing import reprocess
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     connect = connections.for_command_line(connections.connector)
@@ -116,8 +117,8 @@ def pipeline_problems(config: PipelineConfig, kafka: KafkaClient | None, connect
     topics only with a usable Kafka connection; an error on the way is a problem too."""
     from confluent_kafka import KafkaException
 
-    from exactly_once import preflight
-    from exactly_once.kafka_offsets import KafkaOffsets
+    from exactly_once.ledger.kafka_offsets import KafkaOffsets
+    from exactly_once.operate import preflight
 
     if kafka is None:
         return preflight.check(config, None, connect)
@@ -143,7 +144,7 @@ def configs_of(target: str, connect) -> list[PipelineConfig]:
     subject = f"pipeline {target!r}"
     if connect is None:
         raise Unloadable(Problem(subject, "its registered configuration cannot be read without the ledger"))
-    from exactly_once.ledger_rows import registered_config
+    from exactly_once.ledger.rows import registered_config
 
     try:
         with contextlib.closing(connect()) as conn, conn.cursor() as cur:
@@ -160,7 +161,7 @@ def _dag_file_configs(path: Path) -> list[PipelineConfig]:
         raise Unloadable(Problem(subject, "does not exist"))
     from airflow.dag_processing.dagbag import DagBag
 
-    from exactly_once.airflow_tasks import IncrementOperator
+    from exactly_once.orchestration.checkpoint_tasks import IncrementOperator
 
     with _stdout_to_stderr():  # Airflow logs its parsing on stdout; the report is the command's output
         bag = DagBag(dag_folder=path)

@@ -15,9 +15,11 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstrain
                       ValidatorFunctionWrapHandler, field_validator, model_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from exactly_once.errors import Permanent
+from exactly_once.errors import ConfigError
 from exactly_once.formats import format_of
 from exactly_once.registry import Registry
+from exactly_once.sinks import mode_of
+from exactly_once.sinks.upsert import by_offset
 from exactly_once.spark_types import check as check_spark_type
 
 # Pipeline and sink names become parts of staging table names.
@@ -25,19 +27,9 @@ Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 Column = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 QualifiedTable = Annotated[str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$")]
 
-# Columns the library fills in from Kafka's metadata: append sinks are unique on the
-# first three, upsert sinks keep the winning record's partition and offset.
-KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET = "kafka_topic", "kafka_partition", "kafka_offset"
-KAFKA_TIMESTAMP = "kafka_timestamp"
-
-
 def _names(package: str) -> list[str]:
     """The plug-ins of a package (sink modes, value formats): the valid values the schema shows."""
     return Registry(package, "", "").names()
-
-
-class ConfigError(Permanent, ValueError):
-    """A pipeline configuration that cannot be used; the message names the field."""
 
 
 class _Frozen(BaseModel):
@@ -104,8 +96,6 @@ class Sink(_Frozen):
     @field_validator("mode")
     @classmethod
     def _mode_known(cls, mode: str) -> str:
-        from exactly_once.sinks import mode_of  # not at the top: the sink modes import this module
-
         mode_of(mode)
         return mode
 
@@ -119,8 +109,6 @@ class Sink(_Frozen):
     @property
     def strategy(self):
         """How the sink's rows are staged and merged: its mode's `exactly_once.sinks.SinkMode`."""
-        from exactly_once.sinks import mode_of  # not at the top: the sink modes import this module
-
         return mode_of(self.mode)
 
     @property
@@ -170,7 +158,6 @@ class PipelineConfig(_Frozen):
     def _upsert_order_defined(self) -> PipelineConfig:
         """Offsets of two topics do not compare, so which of a key's rows is newest would depend
         on commit order: with several topics, every upsert sink needs its `order_by`."""
-        from exactly_once.sinks.upsert import by_offset  # not at the top: the sink modes import this module
 
         topics = sorted(set(self.source.topics))
         errors = [InitErrorDetails(type=PydanticCustomError(

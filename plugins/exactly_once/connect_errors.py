@@ -1,5 +1,5 @@
 """What a failure reported by a Spark Connect server tells record isolation
-(exactly_once.isolation). Its client holds no JVM exception to ask, as py4j's
+(exactly_once.spark.isolation). Its client holds no JVM exception to ask, as py4j's
 `java_exception` is on local or spark-submit runs: only what the server sends, the error
 class and SQLSTATE, the message, and the cause chain as class names and messages
 (`spark.sql.connect.enrichError.enabled`, on by default). Two failures a record causes

@@ -2,7 +2,7 @@
 configured: `pipeline_db` (PostgreSQL: the ledger and the sink tables), `kafka_default`
 (type `kafka`: its extra is the librdkafka client config, TLS and SASL included) and
 `spark_default` (the Spark master). The tasks read them; the Spark job gets what it needs
-from its task (`exactly_once.job_settings`), never from an environment variable of its own.
+from its task (`exactly_once.spark.settings`), never from an environment variable of its own.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import psycopg2
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from exactly_once.config import ConfigError
+from exactly_once.errors import ConfigError
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.problems import Problem
 

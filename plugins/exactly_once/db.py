@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote
 
-from exactly_once.config import ConfigError
+from exactly_once.errors import ConfigError
 
 # libpq URI query parameters that pgjdbc has under the same meaning: libpq keyword ->
 # pgjdbc connection property (org.postgresql.PGProperty, checked against pgjdbc 42.7.8).

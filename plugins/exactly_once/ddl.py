@@ -10,7 +10,8 @@ known in advance.
 
 from __future__ import annotations
 
-from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC, PipelineConfig, Sink
+from exactly_once.config import PipelineConfig, Sink
+from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
 from exactly_once.spark_types import SparkType, parse
 
 # The library's columns and their Spark types; the PostgreSQL base types (pg_type.typname) that

@@ -3,19 +3,16 @@
 Every error the library raises on purpose is a `PipelineError`; `retryable`
 says whether a retry of the same task can succeed (a lost connection, a killed
 executor) or cannot (a wrong configuration, a missing table, a fenced attempt).
-The protocol's refusals are here; other `Permanent` errors stand beside their
-causes: `ConfigError` (config.py), `SinkTableError` (registration.py),
-`DataLossError` (planning.py), `BadRecords` (increment.py).
-`exactly_once.outcomes` turns that into what the orchestrator does.
+The protocol's refusals are in exactly_once.ledger.refusals; other `Permanent` errors
+stand beside their causes: `ConfigError` (here), `SinkTableError` (ledger/registration.py),
+`DataLossError` and `OffsetsWentBack` (ledger/planning.py), `BadRecords` (spark/staging.py).
+`exactly_once.orchestration.outcomes` turns that into what the orchestrator does.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, ClassVar
-
-if TYPE_CHECKING:
-    from exactly_once.checkpoints import Checkpoint
+from typing import ClassVar
 
 
 class PipelineError(Exception):
@@ -38,84 +35,9 @@ class AttemptFailed(PipelineError):
         self.retryable = retryable  # type: ignore[misc]  # per instance: the attempt's recorded verdict
 
 
-class ProtocolError(PipelineError):
-    """A known refusal of a protocol step."""
-
-
-class Fenced(ProtocolError):
-    """The attempt is no longer the checkpoint's current one: it may change nothing."""
-
-    retryable = False
-
-
-class NotRunnable(ProtocolError):
-    """The checkpoint's state allows no new attempt (see `.state`)."""
-
-    retryable = False
-
-    def __init__(self, checkpoint: Checkpoint):
-        from exactly_once.checkpoints import State  # not at the top: checkpoints imports (via planning) this module
-
-        self.state = checkpoint.state
-        self.done = checkpoint.awaits_commit or checkpoint.state is State.COMMITTED  # its attempt's work is done
-        why = {State.PRECOMMITTED: "its attempt is pre-committed and waits for commit",
-               State.STALLED: "its attempt is pre-committed and its commit is stalled: clear its commit task",
-               State.COMMITTED: "it is already committed",
-               State.ABORTED: "it was aborted and its ranges were planned again by a later checkpoint"}
-        super().__init__(f"checkpoint {checkpoint.id} cannot start an attempt: {why[checkpoint.state]}")
-
-
-class NotReprocessable(ProtocolError):
-    """The checkpoint cannot be reprocessed (not committed, or its keyed sinks' contributions were not kept)."""
-
-    retryable = False
-
-
-class StagingIncomplete(ProtocolError):
-    """Pre-commit found other row counts in staging than the attempt wrote (a new attempt may succeed)."""
-
-
-class SentBack(ProtocolError):
-    """Commit could not promote the pre-committed attempt; the checkpoint is planned again,
-    to run again from its frozen ranges."""
-
-    retryable = False
-
-
-class StagedDataChanged(SentBack):
-    """Commit found the staged rows changed since pre-commit."""
-
-
-class PromotionRefused(SentBack):
-    """A final table refused staged rows at commit (a table without constraints the attempt
-    knew of, or whose data changed since its trial promotion). The checkpoint's ranges
-    run again, promoting every sink on trial, so the records at fault are isolated."""
-
-    PREFIX = "a final table refused staged rows at commit"  # how its attempt's recorded reason begins
-
-
-class NotPreCommitted(ProtocolError):
-    """Commit was asked for a checkpoint that has nothing pre-committed."""
-
-    retryable = False
-
-
-class Stalled(ProtocolError):
-    """A checkpoint of the pipeline is stalled: no run goes on until an operator acts."""
-
-    retryable = False
-
-    def __init__(self, pipeline: str, checkpoint: Checkpoint):
-        self.checkpoint_id = checkpoint.id
-        ranges = ", ".join(r.label for r in checkpoint.ranges if r.size)
-        what, task = ("its commit keeps failing (its pre-commit is kept)", "commit") if checkpoint.awaits_commit \
-            else ("keeps failing", "increment")
-        super().__init__(
-            f"pipeline {pipeline!r} is stalled: checkpoint {checkpoint.id} (DAG run {checkpoint.dag_run_id}, ranges "
-            f"{ranges}) {what}; last error: {(checkpoint.reason or '').rstrip('.')}. Fix the cause, then clear its "
-            f"{task} task (or run `python -m exactly_once.stalls retry {checkpoint.id}` to run its ranges again), or "
-            f"dead-letter the records at fault: `python -m exactly_once.stalls dead-letter {pipeline} "
-            "'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
+class ConfigError(Permanent, ValueError):
+    """A pipeline configuration (or an operator's command) that cannot be used; the message
+    names the field."""
 
 
 def is_retryable(error: BaseException) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exactly_once.config import ConfigError
+from exactly_once.errors import ConfigError
 
 # librdkafka settings that the Java client has under the same name and meaning.
 SAME_NAME = ("bootstrap.servers", "security.protocol", "sasl.mechanism", "client.id",

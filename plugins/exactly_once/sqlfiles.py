@@ -10,7 +10,7 @@ from pathlib import Path
 
 CHECKOUT_SQL = Path(__file__).resolve().parents[2] / "sql"
 # Beside plugins/ in a checkout; inside the package when it was imported from the job's code
-# archive (exactly_once.shipping: a driver without the checkout); EXACTLY_ONCE_SQL_DIR where
+# archive (exactly_once.spark.shipping: a driver without the checkout); EXACTLY_ONCE_SQL_DIR where
 # the package is installed alone.
 SQL_DIR = Path(os.environ["EXACTLY_ONCE_SQL_DIR"]) if "EXACTLY_ONCE_SQL_DIR" in os.environ else \
     CHECKOUT_SQL if Path(__file__).is_file() and CHECKOUT_SQL.is_dir() else files("exactly_once") / "sql"

@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import DeltaDataIntervalTimetable, dag
-from exactly_once.airflow_tasks import checkpoint_tasks
+
+from exactly_once.orchestration.checkpoint_tasks import checkpoint_tasks
 from exactly_once_demo.pipeline import CONFIG
 
 

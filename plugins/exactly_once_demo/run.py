@@ -23,9 +23,9 @@ from pathlib import Path
 from psycopg2 import sql
 
 from exactly_once import connections
-from exactly_once.kafka_offsets import KafkaOffsets
-from exactly_once.status import read_status, render, table
-from exactly_once.tables import final_table
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.tables import final_table
+from exactly_once.operate.status import read_status, render, table
 from exactly_once_demo.pipeline import CONFIG
 from exactly_once_demo.prepare import create_tables
 from exactly_once_demo.produce import produce

@@ -1,5 +1,5 @@
 -- The checkpoint ledger: every state of the exactly-once protocol lives here.
--- Applied once, in one transaction, by `python -m exactly_once.migrate`.
+-- Applied once, in one transaction, by `python -m exactly_once.ledger.migrate`.
 
 CREATE EXTENSION IF NOT EXISTS btree_gist;
 CREATE SCHEMA IF NOT EXISTS exactly_once;

@@ -1,7 +1,7 @@
 -- Reprocessing a committed checkpoint with today's configuration (promise 10), and the
 -- configuration each attempt ran with.
 
--- Every configuration a pipeline was registered with, by version (exactly_once.versions:
+-- Every configuration a pipeline was registered with, by version (exactly_once.ledger.versions:
 -- a hash of the configuration, its transform module's source and the library's version).
 -- An attempt runs the version the task that started it registered, whatever is registered later.
 -- json, not jsonb: the configuration is read back with its fields in order (as in 0002).

@@ -15,7 +15,7 @@ ALTER TABLE exactly_once.checkpoints ADD COLUMN commit_failures int NOT NULL DEF
 -- An operator may reset a partition whose offsets went backwards (a topic deleted and
 -- created again, a failover to another cluster): its history from its new start up to its
 -- old frontier, [from_offset, to_offset), is kept under a label and those offsets are
--- planned again (exactly_once.stalls reset-partition).
+-- planned again (exactly_once.operate.stalls reset-partition).
 ALTER TABLE exactly_once.operator_actions DROP CONSTRAINT operator_actions_action_check;
 ALTER TABLE exactly_once.operator_actions ADD CONSTRAINT operator_actions_action_check
     CHECK (action IN ('retry', 'resume', 'dead_letter', 'reset_partition'));

@@ -10,10 +10,10 @@ import psycopg2
 from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
-from exactly_once_demo.prepare import create_tables
 from exactly_once.config import PipelineConfig
-from exactly_once.tables import contributions_table, staging_table
+from exactly_once.ledger.tables import contributions_table, staging_table
 from exactly_once.sqlfiles import named
+from exactly_once_demo.prepare import create_tables
 
 Q = named("benchmarks.sql")
 

@@ -10,7 +10,7 @@ RANGES is the checkpoint's ranges as JSON, [[topic, partition, start, end], …]
 
 - kafka-read: the ranges through Spark's Kafka source into the `noop` sink: the read's floor.
 - at-least-once: the increment job without the protocol: the same parse, transform and
-  sink preparation (exactly_once.increment), written straight into the final tables of the
+  sink preparation (exactly_once.spark.increment), written straight into the final tables of the
   demo pipeline's copy in schema S, and bad records into S.dead_letters. No ledger, no
   staging, no counts, no pre-commit or commit: a rerun would count records twice.
 - streaming: Structured Streaming, Trigger.AvailableNow + foreachBatch from the ranges'
@@ -31,17 +31,17 @@ import psycopg2
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from exactly_once_demo.pipeline import config as demo_config
+from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig
-from exactly_once.frames import attempt_frames, parse
-from exactly_once.increment import KAFKA_COLUMNS, kafka_source_options, read_ranges
-from exactly_once.row_checks import ColumnType
-from exactly_once.staging import write_jdbc
 from exactly_once.db import jdbc_options
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.tables import DEAD_LETTERS
-from exactly_once.planning import OffsetRange
-from exactly_once.protocol import Ledger
+from exactly_once.ledger.planning import OffsetRange
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.tables import DEAD_LETTERS
+from exactly_once.spark.frames import attempt_frames, parse
+from exactly_once.spark.increment import KAFKA_COLUMNS, kafka_source_options, read_ranges
+from exactly_once.spark.staging import write_jdbc
+from exactly_once_demo.pipeline import config as demo_config
 
 
 def write_final(records: DataFrame, config: PipelineConfig, schema: str,

@@ -2,7 +2,7 @@
 
     ./dev bench                         quick: 1 M orders, 3 interleaved repetitions, medians
     ./dev bench --full                  1 M and 5 M orders, then the Airflow runs
-    ./dev bench --sizes 200000 --repetitions 1 --no-readme
+    ./dev bench --sizes 200000 --repetitions 1 --no-docs
     ./dev bench --full --sizes          the Airflow runs only
 
 For each size, exactly-once checkpoints phase by phase, beside the limits they are
@@ -11,7 +11,8 @@ side by side on the same records (tests/benchmarks/throughput.py); the table giv
 median of the repetitions, each ratio the median of the repetitions' own ratios (with
 their values). With --full, then an empty run and a 10-interval backfill through
 Airflow's scheduler (tests/benchmarks/airflow_runs.py). Prints the tables, writes them to
-.local/artifacts/bench/, and into the README's section for the quick or the full run.
+.local/artifacts/bench/, and into the documentation's Performance page
+(docs/internals/performance.md), between the markers of the quick or the full run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import psycopg2
 
-from exactly_once.migrate import migrate
+from exactly_once.ledger.migrate import migrate
 from exactly_once_stack import lifecycle
 from exactly_once_stack.settings import LOCAL, ROOT, process_environment
 from tests.benchmarks import airflow_runs, throughput
@@ -36,12 +37,12 @@ from tests.benchmarks.airflow_runs import AirflowFigures, Backfill
 from tests.benchmarks.throughput import Throughput
 
 ARTIFACTS = LOCAL / "artifacts" / "bench"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "internals" / "performance.md"
 QUICK, FULL = [1_000_000], [1_000_000, 5_000_000]
 
 
 def markers(mode: str) -> tuple[str, str]:
-    """The README's markers around the figures of a quick or a full run."""
+    """The performance page's markers around the figures of a quick or a full run."""
     return (f"<!-- benchmark figures ({mode}): written by ./dev bench, do not edit by hand -->",
             f"<!-- end of benchmark figures ({mode}) -->")
 
@@ -169,12 +170,12 @@ def report(command: str, results: list[Throughput], figures: AirflowFigures | No
     return "\n".join(parts)
 
 
-def into_readme(text: str, readme: str, mode: str) -> str:
-    """The README with `text` between the mode's benchmark markers (which must be there, once)."""
+def into_page(text: str, page: str, mode: str) -> str:
+    """The page with `text` between the mode's benchmark markers (which must be there, once)."""
     begin, end = markers(mode)
-    if readme.count(begin) != 1 or readme.count(end) != 1 or readme.index(begin) > readme.index(end):
-        raise ValueError(f"{README.name}: needs the markers {begin!r} and {end!r}, once each, in that order")
-    head, rest = readme.split(begin)
+    if page.count(begin) != 1 or page.count(end) != 1 or page.index(begin) > page.index(end):
+        raise ValueError(f"{PAGE.name}: needs the markers {begin!r} and {end!r}, once each, in that order")
+    head, rest = page.split(begin)
     _, tail = rest.split(end)
     return f"{head}{begin}\n{text}\n{end}{tail}"
 
@@ -193,7 +194,7 @@ def main() -> int:
     parser.add_argument("--repetitions", type=_positive, default=3, help="interleaved repetitions per size")
     parser.add_argument("--intervals", type=int, default=10, help="intervals of the Airflow backfill (--full)")
     parser.add_argument("--no-airflow", action="store_true", help="with --full: without the runs through Airflow")
-    parser.add_argument("--no-readme", action="store_true", help="do not write the README's Performance section")
+    parser.add_argument("--no-docs", action="store_true", help="do not write the documentation's Performance page")
     args = parser.parse_args()
     sizes = args.sizes if args.sizes is not None else FULL if args.full else QUICK
     airflow = args.full and not args.no_airflow
@@ -218,9 +219,9 @@ def main() -> int:
     written = ARTIFACTS / f"bench-{time.strftime('%Y%m%dT%H%M%S')}.md"
     written.write_text(text + "\n")
     print(f"\n{text}\n\nwritten to {written}")
-    if not args.no_readme:
-        README.write_text(into_readme(text, README.read_text(), "full" if args.full else "quick"))
-        print(f"and to {README}")
+    if not args.no_docs:
+        PAGE.write_text(into_page(text, PAGE.read_text(), "full" if args.full else "quick"))
+        print(f"and to {PAGE}")
     return 0
 
 

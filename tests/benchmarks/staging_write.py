@@ -37,8 +37,8 @@ def main(sizes: list[int]) -> None:
     os.environ.update(process_environment())
     sys.path.insert(0, "plugins")
     from exactly_once.db import jdbc_options
-    from exactly_once.staging import write_jdbc, write_staging
-    from exactly_once.migrate import migrate
+    from exactly_once.ledger.migrate import migrate
+    from exactly_once.spark.staging import write_jdbc, write_staging
 
     url = os.environ["PIPELINE_DB_URL"]
     spark = SparkSession.builder.master("local[2]").appName("staging_write benchmark").getOrCreate()

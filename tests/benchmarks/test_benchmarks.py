@@ -1,6 +1,6 @@
 """The benchmark command keeps working: a small run of its throughput part measures every
 phase, limit and peer on the real services, the peers' tables equal the checkpoint's
-(the run raises otherwise), and the figures land in the README between its markers.
+(the run raises otherwise), and the figures land in the performance page between its markers.
 No figure is asserted: speed is reported by `./dev bench`, never tested."""
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ def test_repetitions_rotate_which_job_runs_first():
     assert {o[0] for o in orders} == set(throughput.JOBS)
 
 
-def test_the_figures_replace_what_is_between_the_readme_markers():
+def test_the_figures_replace_what_is_between_the_performance_page_markers():
     quick, full = run.markers("quick"), run.markers("full")
-    readme = f"# title\n{quick[0]}\nold\n{quick[1]}\n{full[0]}\nold\n{full[1]}\nrest\n"
-    assert run.into_readme("new", readme, "quick") == f"# title\n{quick[0]}\nnew\n{quick[1]}\n{full[0]}\nold\n" \
-                                                      f"{full[1]}\nrest\n"
-    assert all(run.README.read_text().count(marker) == 1 for marker in (*quick, *full))
+    page = f"# title\n{quick[0]}\nold\n{quick[1]}\n{full[0]}\nold\n{full[1]}\nrest\n"
+    assert run.into_page("new", page, "quick") == f"# title\n{quick[0]}\nnew\n{quick[1]}\n{full[0]}\nold\n" \
+                                                  f"{full[1]}\nrest\n"
+    assert all(run.PAGE.read_text().count(marker) == 1 for marker in (*quick, *full))
     with pytest.raises(ValueError, match="needs the markers"):
-        run.into_readme("new figures", "# a README without them\n", "quick")
+        run.into_page("new figures", "# a page without them\n", "quick")

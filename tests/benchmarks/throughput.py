@@ -4,7 +4,7 @@ produced once; each repetition then reads all of them anew, as a pipeline of its
 and runs its Spark jobs in an order rotated from the repetition before (interleaved), so
 that no job always runs first on a cold machine; the PostgreSQL limits follow them:
 
-- the checkpoint as the pipeline's tasks run it (`exactly_once.tasks`): plan, a new attempt,
+- the checkpoint as the pipeline's tasks run it (`exactly_once.orchestration.tasks`): plan, a new attempt,
   `spark-submit jobs/increment.py` (its phases from the job's report, its driver's peak
   memory), commit (the transaction, then the staging clean-up after it);
 - limits, on the PostgreSQL server: `COPY` of the checkpoint's staged rows from files into
@@ -32,15 +32,16 @@ from pathlib import Path
 import psycopg2
 from psycopg2 import sql
 
+from exactly_once import faults
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.tables import DEAD_LETTERS, final_table, staging_tables
+from exactly_once.orchestration import tasks
+from exactly_once.spark.settings import JobSettings
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import produce
-from exactly_once.job_settings import JobSettings
-from exactly_once.kafka_client import KafkaClient
-from exactly_once.kafka_offsets import KafkaOffsets
-from exactly_once import faults, tasks
-from exactly_once.checkpoints import Outcome
-from exactly_once.protocol import Ledger
-from exactly_once.tables import DEAD_LETTERS, final_table, staging_tables
 from exactly_once_stack.settings import ROOT
 from tests.benchmarks import copies
 from tests.benchmarks.copies import Q
@@ -157,7 +158,7 @@ class Bench:
 
     def run(self) -> Repetition:
         self.prepare()
-        # The pipeline's own run path (exactly_once.tasks), each task timed.
+        # The pipeline's own run path (exactly_once.orchestration.tasks), each task timed.
         with KafkaOffsets(KafkaClient.at(self.servers)) as kafka, Stopwatch() as plan:
             checkpoint = tasks.begin_checkpoint(self.ledger, kafka, "benchmark", None,
                                                 datetime.now(timezone.utc)).checkpoint

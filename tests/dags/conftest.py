@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 from playwright.sync_api import sync_playwright
 from psycopg2 import sql
 
-from exactly_once.tables import contributions_table
+from exactly_once.ledger.tables import contributions_table
 from exactly_once_demo.pipeline import CONFIG, TOPIC
 from exactly_once_demo.prepare import create_tables
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from exactly_once.planning import OffsetRange
+from exactly_once.ledger.planning import OffsetRange
 from exactly_once_demo.oracle import attempts, checkpoints, reprocessed_ranges, reprocessings
 from exactly_once_demo.produce import produce
 from tests.dags.window import Api, WindowDag, next_boundary, services, wait_until

@@ -70,7 +70,7 @@ def test_consecutive_intervals_equal_the_oracle_then_empty_and_repeated_runs_cha
     assert all(r["old"] == r["new"] for r in replaced.values()) and replaced["orders"]["new"] > 0, replaced
     assert rows(fresh_demo) == after_three
 
-    status = subprocess.run([sys.executable, "-m", "exactly_once.status", "--pipeline", "orders"],
+    status = subprocess.run([sys.executable, "-m", "exactly_once.operate.status", "--pipeline", "orders"],
                             env=process_environment(), capture_output=True, text=True, timeout=120)
     assert status.returncode == 0, status.stderr
     lag = status.stdout.split("lag per partition (offsets):")[1].split("open checkpoints:")[0]

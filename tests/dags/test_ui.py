@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from playwright.sync_api import Page, expect
 
-from exactly_once.planning import OffsetRange
+from exactly_once.ledger.planning import OffsetRange
 from exactly_once_demo.oracle import attempts, checkpoints, reprocessed_ranges, reprocessings
 from exactly_once_demo.produce import produce
 from exactly_once_stack import airflow

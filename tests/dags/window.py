@@ -25,7 +25,7 @@ DAG_FILE = '''\
 from datetime import datetime, timedelta
 
 from airflow.sdk import DeltaDataIntervalTimetable, dag
-from exactly_once.airflow_tasks import checkpoint_tasks
+from exactly_once.orchestration.checkpoint_tasks import checkpoint_tasks
 from exactly_once_demo.pipeline import config
 
 

@@ -9,9 +9,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from exactly_once.config import PipelineConfig
-from exactly_once.planning import OffsetRange
+from exactly_once.ledger.planning import OffsetRange
 from exactly_once_demo.oracle import checkpoints, committed_orders, has_nul, order_row, parsed_order
-from exactly_once_demo.pipeline import CONFIG, config as demo_config
+from exactly_once_demo.pipeline import CONFIG
+from exactly_once_demo.pipeline import config as demo_config
 from tests import oracle
 from tests.oracle import DROPPED, Comparison, Expected, Record, Row, Tables
 

@@ -12,14 +12,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from datetime import datetime, timedelta, timezone
+from functools import partial
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
-from exactly_once.tables import DEAD_LETTERS, staging_tables
+from exactly_once.ledger.tables import DEAD_LETTERS, staging_tables
 from exactly_once_stack import kafka, postgres, spark_cluster
 from exactly_once_stack.process import alive
 from tests.faults.world import ALL_TRIES, TASK_TIMEOUT, Run, Verdict, World, finished, wait_for

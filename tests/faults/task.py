@@ -1,12 +1,12 @@
 """One try of one task of a pipeline run, as a process of its own (as an Airflow
-worker runs it), doing exactly the work of the DAG's task (`exactly_once.tasks`):
+worker runs it), doing exactly the work of the DAG's task (`exactly_once.orchestration.tasks`):
 
     python -m tests.faults.task begin --pipeline P --run-id R --interval-end ISO [--reprocess]
     python -m tests.faults.task increment --pipeline P --checkpoint-id N
     python -m tests.faults.task commit --pipeline P --checkpoint-id N --try T
 
 The last line of stdout is the task's result as JSON; on failure (exit status 1) it
-is `{"error": ..., "outcome": "retry" | "fail"}`, what `exactly_once.outcomes` tells the
+is `{"error": ..., "outcome": "retry" | "fail"}`, what `exactly_once.orchestration.outcomes` tells the
 DAG to do, so the runner retries exactly what Airflow would. Faults come from
 EXACTLY_ONCE_FAULTS in the environment, set per try by the runner.
 """
@@ -23,13 +23,13 @@ from datetime import datetime
 import psycopg2
 
 from exactly_once.connections import SPARK
-from exactly_once.job_settings import JobSettings
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.kafka_offsets import KafkaOffsets
-from exactly_once.outcomes import TaskOutcome, after_begin, after_error
-from exactly_once.protocol import Ledger
-from exactly_once.spark_jobs import job_runner
-from exactly_once.tasks import begin_checkpoint, commit_checkpoint, run_increment
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.orchestration.outcomes import TaskOutcome, after_begin, after_error
+from exactly_once.orchestration.tasks import begin_checkpoint, commit_checkpoint, run_increment
+from exactly_once.spark.runners import job_runner
+from exactly_once.spark.settings import JobSettings
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ killed, PostgreSQL and Kafka restarted under a job, a zombie driver, retention â
 of the reprocessing ones; a worker killed mid-write and the Spark Connect server
 restarted (p and r) run inside the demo DAG's runs in tests/dags/test_spark_clusters.py.
 The others have counterparts: b, c, d, e, h, j, l among the protocol's own tests
-(tests/plugins/test_protocol.py: a failed or crashed attempt, a killed commit connection,
+(tests/ledger/test_protocol.py: a failed or crashed attempt, a killed commit connection,
 commit twice, racing planners, a lease taken over, recovery committing what is
 pre-committed), o (a zombie reprocessing) and s (a zombie Connect task) in i, q (a on
 the standalone cluster) in a."""

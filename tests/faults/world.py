@@ -19,17 +19,17 @@ from pathlib import Path
 
 import psycopg2
 
+from exactly_once.config import PipelineConfig
+from exactly_once.faults import ENV as FAULTS
+from exactly_once.ledger.invariants import violations
+from exactly_once.ledger.migrate import migrate
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.orchestration.outcomes import TaskOutcome
+from exactly_once_demo.oracle import committed_orders
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.prepare import create_tables
 from exactly_once_demo.produce import produce
-from exactly_once.config import PipelineConfig
-from exactly_once.faults import ENV as FAULTS
-from exactly_once.invariants import violations
-from exactly_once.migrate import migrate
-from exactly_once.outcomes import TaskOutcome
-from exactly_once.protocol import Ledger
 from exactly_once_stack.settings import LOCAL, ROOT, process_environment, spark_connection
-from exactly_once_demo.oracle import committed_orders
 from tests.exactly_once_demo.oracle import expected
 from tests.oracle import Comparison, Tables, actual, compare
 

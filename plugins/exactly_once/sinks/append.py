@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from exactly_once.sinks import names, require_columns
 from exactly_once.sqlfiles import named
 

@@ -15,12 +15,18 @@ reprocessing's recompute) and the merge into the final table (`merge`):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from psycopg2 import sql
 
-from exactly_once.config import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, ConfigError, PipelineConfig
+from exactly_once.errors import ConfigError
+from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from exactly_once.sinks import each, names, require_columns
 from exactly_once.sinks._keyed import Keyed
 from exactly_once.sqlfiles import named
+
+if TYPE_CHECKING:
+    from exactly_once.config import PipelineConfig
 
 COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
 # Spark compares strings by their bytes; so does PostgreSQL with the "C" collation, whatever

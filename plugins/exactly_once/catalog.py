@@ -1,0 +1,27 @@
+"""A table's columns as PostgreSQL's catalog describes them (sql/catalog.sql): what staging
+rows carry, what the row checks check, what registration compares a staging table with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg2 import sql
+
+from exactly_once.sqlfiles import named
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    name: str
+    type: str                  # as PostgreSQL shows it (format_type), for the reasons
+    base: str                  # pg_type.typname, a domain's base type: 'varchar', 'int4', ...
+    max_length: int | None     # varchar(n), char(n)
+    precision: int | None      # numeric(p, s)
+    scale: int | None
+    not_null: bool
+
+
+def column_types(cur, table: sql.Identifier) -> list[ColumnType]:
+    """The table's columns in order; none when it does not exist."""
+    cur.execute(named("catalog.sql")["column_types"], {"table": table.as_string(cur)})
+    return [ColumnType(*row) for row in cur.fetchall()]

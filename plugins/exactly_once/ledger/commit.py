@@ -1,0 +1,129 @@
+"""Phase two: the commit of a pre-committed checkpoint (Flink's `notifyCheckpointComplete`
+→ `commit`), and what each way it can fail means for the checkpoint: sent back to run
+again (the staged rows changed, or a final table refused a record's row), or, for a
+failure no record isolation fixes, counted and stalled with its pre-commit kept. The
+statements that promote are exactly_once.ledger.promotion's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import psycopg2
+
+from exactly_once.config import PipelineConfig
+from exactly_once.errors import error_message, error_text
+from exactly_once.ledger.checkpoints import AttemptState, Outcome, State, cause, commit_stalls
+from exactly_once.ledger.promotion import promote
+from exactly_once.ledger.refusals import NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
+
+if TYPE_CHECKING:
+    from exactly_once.ledger.protocol import Ledger
+
+log = logging.getLogger(__name__)
+
+
+def commit(ledger: Ledger, checkpoint_id: int) -> Outcome:
+    """Phase two, in one transaction: promote every sink's staged rows, record the
+    committed ranges, mark the checkpoint committed, by the rules of the configuration
+    version its attempt ran with. Idempotent. Its staging rows are deleted after that
+    transaction (`recover` deletes them if that never happens): the commit holds its
+    locks for the promotion only. `SentBack` (the checkpoint planned again) if the staged
+    row counts changed since pre-commit or a final table refuses some rows; `Stalled`
+    (its pre-commit kept) if it fails for another reason that retrying cannot fix, or
+    keeps failing for one (`checkpoints.commit_stalls`). A checkpoint stalled at commit
+    is committed by the next call (an operator's cleared commit task)."""
+    try:
+        with ledger.rows() as rows:
+            checkpoint = rows.checkpoint(checkpoint_id)
+            if checkpoint.state is State.COMMITTED:
+                rows.delete_staging(checkpoint_id, attempt=None)  # a clean-up that did not run
+                return Outcome.ALREADY_COMMITTED
+            if not checkpoint.awaits_commit:
+                raise NotPreCommitted(f"checkpoint {checkpoint_id} is {checkpoint.state.value}, not "
+                                      "pre-committed: its Spark attempt has not finished")
+            if checkpoint.state is State.STALLED:
+                rows.record_action("resume", checkpoint_id, ledger.now(),
+                                   f"its commit was tried again (a cleared task) after: {checkpoint.reason}")
+            committable = checkpoint.committable
+            rows = rows.as_of(rows.attempt_version(committable.checkpoint_id, committable.attempt))
+            staged = rows.staged(checkpoint_id, committable.attempt)
+            promoted = staged == committable.staged
+            if promoted:
+                ledger.fault("commit.before_promote")
+                promote(rows, committable, ledger.now())
+                ledger.fault("commit.before_commit")
+        if promoted:
+            ledger.fault("commit.before_clean_up")
+            _clean_up(ledger, checkpoint_id, rows.config)
+            return Outcome.COMMITTED
+    except PromotionRefused as refused:
+        _send_back(ledger, checkpoint_id, committable.attempt, str(refused), rows.config, failed=True)
+        raise PromotionRefused(f"checkpoint {checkpoint_id} not committed: {refused}; it is planned again, and "
+                               "its next attempt promotes every sink on trial and dead-letters the records "
+                               "at fault") from refused.__cause__
+    except psycopg2.Error as error:
+        _record_failure(ledger, checkpoint_id, error)
+        raise
+    changes = {name: (committable.staged.get(name), staged.get(name))
+               for name in set(committable.staged) | set(staged)
+               if committable.staged.get(name) != staged.get(name)}
+    reason = (f"staged rows changed after pre-commit of attempt {committable.attempt} "
+              f"((pre-committed, found): {changes})")
+    _send_back(ledger, checkpoint_id, committable.attempt, reason, rows.config)
+    raise StagedDataChanged(f"checkpoint {checkpoint_id} not committed: {reason}; it is planned again "
+                            "and will be run again from its frozen ranges")
+
+def _clean_up(ledger: Ledger, checkpoint_id: int, config: PipelineConfig) -> None:
+    """Deletes a committed checkpoint's staging rows (those of `config`'s sinks). The
+    checkpoint is committed whatever happens here, so a failure is logged, not raised:
+    a retried commit or the next recovery deletes the rows."""
+    try:
+        with ledger.rows() as rows:
+            rows.as_of(config).delete_staging(checkpoint_id, attempt=None)
+    except psycopg2.Error as error:
+        log.warning("checkpoint %s is committed; its staging clean-up failed and is left to a retry or the "
+                    "next recovery: %s", checkpoint_id, error)
+
+
+
+def _send_back(ledger: Ledger, checkpoint_id: int, attempt: int, reason: str, config: PipelineConfig,
+               failed: bool = False) -> None:
+    """`failed`: the attempt counts as failed (for `stalls`), not merely superseded.
+    `config`: the attempt's, whose staging tables hold its rows."""
+    reason = error_text(reason)
+    with ledger.rows() as rows:
+        if not rows.checkpoint(checkpoint_id).awaits_commit:
+            return  # someone else resolved it meanwhile
+        rows = rows.as_of(config)
+        # lease_until = now: the next run's recovery re-plans it if no retry runs it first.
+        rows.run("mark_planned", checkpoint_id=checkpoint_id, reason=reason, lease_until=ledger.now())
+        rows.end_attempts(checkpoint_id, attempt, AttemptState.PRECOMMITTED, AttemptState.ABORTED, reason,
+                          ledger.now(), True if failed else None)
+        rows.delete_staging(checkpoint_id, attempt=None)
+
+
+
+def _record_failure(ledger: Ledger, checkpoint_id: int, error: psycopg2.Error) -> None:
+    """Records a commit that failed for a reason that is no record's (a permission, a column
+    gone, a timeout, a clash in the ledger's tables); raises `Stalled` if that stalls the
+    checkpoint (`checkpoints.commit_stalls`), its pre-commit kept; else returns, and the
+    caller raises the error for a retry or the next recovery."""
+    reason = error_text(f"commit failed: {error.pgcode or 'no SQLSTATE'}: {error_message(error)}")
+    try:
+        with ledger.rows() as rows:
+            checkpoint = rows.checkpoint(checkpoint_id)
+            if not checkpoint.awaits_commit:
+                return
+            same = checkpoint.commit_failures and cause(checkpoint.reason or "") == cause(reason)
+            failures = checkpoint.commit_failures + 1 if same else 1
+            stalled = checkpoint.state is State.STALLED or commit_stalls(error.pgcode, failures,
+                                                                        ledger.config.stall_after)
+            rows.run("record_commit_failure", checkpoint_id=checkpoint_id, reason=reason, failures=failures,
+                     stalled=stalled)
+    except psycopg2.Error:
+        return  # the database fails this too: nothing is recorded, the commit's error stands
+    if stalled:
+        raise Stalled(ledger.config.name, replace(checkpoint, state=State.STALLED, reason=reason)) from error

@@ -1,0 +1,88 @@
+"""The thin Kafka adapter planning needs: partitions and offsets, read_committed."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from exactly_once.errors import Permanent
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.planning import PartitionOffsets
+
+
+class KafkaRefused(Permanent):
+    """The brokers refuse the connection's login (SASL) or TLS handshake: no retry fixes it."""
+
+    def __init__(self, connection: str, said: str):
+        super().__init__(f"connection {connection!r}: {said}")
+        self.connection, self.said = connection, said
+
+
+# librdkafka's words for a refusal that lasts: SASL authentication, the TLS handshake.
+REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+# No answer yet: asked again until the timeout.
+UNANSWERED = (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+
+
+class KafkaOffsets:
+    def __init__(self, client: KafkaClient, timeout: float = 30):
+        self._client, self._timeout = client, timeout
+        self._refusal: KafkaError | None = None
+        # read_committed: the high watermark Kafka reports is the last stable offset.
+        self._consumer = Consumer({**client.planner_config(), "error_cb": self._on_error})
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() in REFUSALS:
+            self._refusal = error
+
+    def _ask(self, question):
+        """Kafka's answer within the timeout, asked in turns of 1, 2, 4… seconds, so that a
+        refused login (which librdkafka reports only to the error callback) ends the wait
+        early and a slow broker still gets long turns to answer in."""
+        deadline, turn = time.monotonic() + self._timeout, 1.0
+        while True:
+            try:
+                return question(min(turn, max(0.1, deadline - time.monotonic())))
+            except KafkaException as error:
+                self._consumer.poll(0)  # serves the error callback, which librdkafka calls only from poll
+                if self._refusal is not None:
+                    raise KafkaRefused(self._client.connection, f"the Kafka brokers {self._client.bootstrap_servers} "
+                                                                f"refuse it: {self._refusal.str()}") from None
+                if error.args[0].code() not in UNANSWERED or time.monotonic() >= deadline:
+                    raise
+                turn *= 2
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> KafkaOffsets:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def partitions(self, topic: str) -> list[int]:
+        found = self._ask(lambda timeout: self._consumer.list_topics(topic, timeout=timeout)).topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise LookupError(f"Kafka topic {topic!r} does not exist ({found.error if found else 'unknown'})")
+        return sorted(found.partitions)
+
+    def offsets(self, topic: str, partition: int, interval_start: datetime | None, interval_end: datetime | None,
+                start_time: datetime | None = None) -> PartitionOffsets:
+        log_start, last_stable = self._ask(lambda timeout: self._consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout, cached=False))
+        at = {when: self._first_offset_at(topic, partition, when)
+              for when in {interval_start, interval_end, start_time}}
+        return PartitionOffsets(log_start, last_stable, at[interval_start], at[interval_end], at[start_time])
+
+    def _first_offset_at(self, topic: str, partition: int, when: datetime | None) -> int | None:
+        """The first offset stamped at or after `when`; read_committed, Kafka answers only
+        offsets below the last stable one."""
+        if when is None:
+            return None
+        millis = int(when.timestamp() * 1000)
+        [found] = self._ask(lambda timeout: self._consumer.offsets_for_times(
+            [TopicPartition(topic, partition, millis)], timeout=timeout))
+        return None if found.offset < 0 else found.offset

@@ -1,0 +1,67 @@
+"""The pipelines view's web app, which plugins/exactly_once_plugin.py mounts in Airflow's
+api-server under /exactly-once (and adds to the UI's Browse menu):
+
+    GET /exactly-once/                   the page (HTML), shown in the UI
+    GET /exactly-once/api/pipelines      the same figures as JSON
+
+Read-only. Airflow does not authenticate a plugin's app, so every request goes through
+Airflow's own `get_user` (the UI's session cookie or an `Authorization: Bearer` token from
+`POST /auth/token`): none gives 401, an invalid one 403. A user sees the pipelines whose
+DAG's runs the auth manager lets them read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from urllib.parse import urlparse
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+from airflow.api_fastapi.core_api.security import GetUserDep
+from airflow.configuration import conf
+from airflow.sdk.exceptions import AirflowNotFoundException
+from fastapi import FastAPI, Query
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+
+from exactly_once import connections
+from exactly_once.errors import ConfigError
+from exactly_once.operate.overview import LedgerBehind, PipelineOverview, read_overviews
+from exactly_once.operate.overview_page import page
+
+History = Query(20, ge=1, le=200, description="checkpoints in the history and its charts")
+DeadLetters = Query(10, ge=1, le=100, description="newest dead letters shown per pipeline")
+
+# No unauthenticated OpenAPI pages: the app's only routes are the two below.
+app = FastAPI(title="Exactly-once pipelines", docs_url=None, redoc_url=None, openapi_url=None)
+
+
+@app.exception_handler(LedgerBehind)
+def ledger_behind(request, behind: LedgerBehind) -> PlainTextResponse:
+    return PlainTextResponse(str(behind), status_code=503)
+
+
+def visible_overviews(user, history: int, dead_letters: int) -> list[PipelineOverview]:
+    try:
+        kafka = connections.kafka_client()
+    except (ConfigError, AirflowNotFoundException) as unusable:
+        kafka = f"no usable Kafka connection: {unusable}"
+    def visible(dag_id: str | None) -> bool:
+        """The user may read the DAG's runs; a pipeline whose DAG is not known yet (none of its
+        runs began since migration 0007) needs that right on every DAG."""
+        return get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, user=user,
+                                                    details=None if dag_id is None else DagDetails(id=dag_id))
+
+    return read_overviews(connections.connector(), kafka, history, dead_letters, visible)
+
+
+@app.get("/", response_class=HTMLResponse)
+def pipelines_page(user: GetUserDep, history: int = History, dead_letters: int = DeadLetters) -> HTMLResponse:
+    ui_root = urlparse(conf.get("api", "base_url", fallback="/")).path.rstrip("/")
+    return HTMLResponse(page(visible_overviews(user, history, dead_letters), ui_root, history,
+                             datetime.now(timezone.utc)))
+
+
+@app.get("/api/pipelines")
+def pipelines_data(user: GetUserDep, history: int = History, dead_letters: int = DeadLetters) -> JSONResponse:
+    return JSONResponse(jsonable_encoder(visible_overviews(user, history, dead_letters)))

@@ -1,0 +1,235 @@
+"""What the ledger and Kafka say about pipelines, read-only: stalled checkpoints first,
+the last commit, lag per partition, open checkpoints, gaps, the checkpoint history, and
+which checkpoints hold an interval's offsets (the log of a backfill over intervals
+already taken).
+
+    python -m exactly_once.operate.status [--pipeline NAME] [--history N]
+
+reads the Airflow connections pipeline_db and kafka_default. Exits 2 while a pipeline shown is
+stalled, so monitoring can call it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import closing
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from exactly_once import connections
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.planning import OffsetRange, describe_ranges
+from exactly_once.sqlfiles import named
+
+Q = named("status.sql")
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    id: int
+    dag_run_id: str
+    interval_start: datetime | None
+    interval_end: datetime | None
+    state: str
+    records: int | None
+    ranges: tuple[OffsetRange, ...]    # the non-empty ones
+    until_precommit: timedelta | None  # created → pre-committed: planning, Spark, staging writes
+    until_commit: timedelta | None     # pre-committed (or created) → committed
+    attempts: int
+    replays: int | None = None         # a reprocessing: the checkpoint it replays
+    config_version: str | None = None  # of its latest attempt
+
+    @property
+    def what(self) -> str:
+        """Its state, and what it replays."""
+        return self.state if self.replays is None else f"{self.state}, reprocesses {self.replays}"
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed_end: int   # the next offset no commit has covered
+    last_stable: int     # Kafka's read_committed end
+
+    @property
+    def lag(self) -> int:
+        """Offsets not committed yet. Transaction markers and aborted records take offsets too,
+        so a caught-up partition fed by transactions can show 1: the last commit marker."""
+        return max(0, self.last_stable - self.committed_end)
+
+    @property
+    def went_back(self) -> bool:
+        """The log ends before offsets already committed (the topic created again, another
+        cluster): the planner refuses to go on (planning.OffsetsWentBack)."""
+        return self.last_stable < self.committed_end
+
+
+@dataclass(frozen=True)
+class LastCommit:
+    id: int
+    dag_run_id: str
+    interval_end: datetime | None
+    committed_at: datetime
+    records: int
+
+
+@dataclass(frozen=True)
+class Gap:
+    range: OffsetRange
+    checkpoint_id: int
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class Stall:
+    checkpoint_id: int
+    dag_run_id: str
+    ranges: tuple[OffsetRange, ...]
+    failed_attempts: int
+    since: datetime | None
+    last_error: str
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    name: str
+    stalls: tuple[Stall, ...]
+    last_commit: LastCommit | None
+    lag: tuple[PartitionLag, ...]
+    open: tuple[CheckpointSummary, ...]
+    gaps: tuple[Gap, ...]
+    history: tuple[CheckpointSummary, ...]
+
+    @property
+    def stopped(self) -> bool:
+        """No run goes on: a checkpoint is stalled, or a partition's offsets went backwards."""
+        return bool(self.stalls) or any(p.went_back for p in self.lag)
+
+
+def pipelines(conn) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute(Q["pipelines"])
+        return [name for name, in cur.fetchall()]
+
+
+def read_status(conn, kafka: KafkaOffsets | None, pipeline: str, history: int = 10) -> PipelineStatus:
+    """The pipeline's status; its lag only when Kafka is given to ask."""
+    where = {"pipeline": pipeline}
+    with conn.cursor() as cur:
+        cur.execute(Q["last_committed"], where)
+        last = cur.fetchone()
+        cur.execute(Q["committed_ends"], where)
+        ends = cur.fetchall()
+        cur.execute(Q["gaps"], where)
+        gaps = tuple(Gap(OffsetRange(t, p, a, b), cp, at) for t, p, a, b, cp, at in cur.fetchall())
+        cur.execute(Q["stalled"], where)
+        stalls = tuple(Stall(cp, run, tuple(OffsetRange(*r) for r in ranges), failed, since, error)
+                       for cp, run, ranges, failed, since, error in cur.fetchall())
+    lag = () if kafka is None else tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None, None).last_stable)
+                                         for t, p, end in ends)
+    return PipelineStatus(pipeline, stalls, None if last is None else LastCommit(*last), lag,
+                          _checkpoints(conn, pipeline, open_only=True, limit=None), gaps,
+                          _checkpoints(conn, pipeline, open_only=False, limit=history))
+
+
+def _checkpoints(conn, pipeline: str, open_only: bool, limit: int | None) -> tuple[CheckpointSummary, ...]:
+    with conn.cursor() as cur:
+        cur.execute(Q["checkpoints"], {"pipeline": pipeline, "open_only": open_only, "limit": limit})
+        rows = cur.fetchall()
+    return tuple(CheckpointSummary(cp, run, start, end, state, records, tuple(OffsetRange(*r) for r in ranges),
+                                   until_precommit, until_commit, attempts, replays, version)
+                 for cp, run, start, end, state, records, ranges, until_precommit, until_commit, attempts, replays,
+                 version in rows)
+
+
+# -- rendering: pure ------------------------------------------------------------------
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [headers] + [["" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _when(t: datetime | None) -> str:
+    return "" if t is None else t.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(d: timedelta | None) -> str:
+    return "" if d is None else f"{d.total_seconds():.1f} s"
+
+
+def render_checkpoints(checkpoints: tuple[CheckpointSummary, ...]) -> str:
+    return table(["id", "interval", "ranges", "records", "state", "attempts", "config", "to pre-commit",
+                  "to commit"],
+                 [[c.id, f"{_when(c.interval_start)} → {_when(c.interval_end)}", describe_ranges(c.ranges),
+                   c.records or 0, c.what, c.attempts, c.config_version or "", duration(c.until_precommit),
+                   duration(c.until_commit)]
+                  for c in checkpoints])
+
+
+def render_stall(pipeline: str, stall: Stall) -> str:
+    return (f"STALLED: checkpoint {stall.checkpoint_id} (DAG run {stall.dag_run_id}) since {_when(stall.since)}, "
+            f"after {stall.failed_attempts} failed attempt(s); ranges {', '.join(r.label for r in stall.ranges)}\n"
+            f"  last error: {stall.last_error}\n"
+            f"  way out: fix the cause, then clear its increment task or run `python -m exactly_once.operate.stalls retry "
+            f"{stall.checkpoint_id}`; or dead-letter the records at fault: `python -m exactly_once.operate.stalls "
+            f"dead-letter {pipeline} 'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
+
+
+def render_went_back(pipeline: str, lag: PartitionLag) -> str:
+    return (f"STALLED: {lag.topic}[{lag.partition}]: offsets went backwards: committed up to {lag.committed_end}, "
+            f"but the log ends at {lag.last_stable}\n"
+            f"  way out: `python -m exactly_once.operate.stalls reset-partition {pipeline} '{lag.topic}[{lag.partition}]' "
+            "--to OFFSET --reason WHY`")
+
+
+def render(status: PipelineStatus) -> str:
+    last = status.last_commit
+    parts = [f"pipeline {status.name}" + (" — STALLED" if status.stopped else ""),
+             *(render_stall(status.name, stall) for stall in status.stalls),
+             *(render_went_back(status.name, p) for p in status.lag if p.went_back),
+             "last committed checkpoint: " + ("none" if last is None else
+                                              f"{last.id} ({last.records} records, interval end "
+                                              f"{_when(last.interval_end)}, committed {_when(last.committed_at)})"),
+             "lag per partition (offsets):",
+             table(["topic", "partition", "committed up to", "last stable", "lag"],
+                   [[p.topic, p.partition, p.committed_end, p.last_stable, p.lag] for p in status.lag]),
+             "open checkpoints: " + ("none" if not status.open else ""),
+             *([render_checkpoints(status.open)] if status.open else []),
+             "gaps (offsets lost to retention): " + ("none" if not status.gaps else ""),
+             *([table(["topic", "partition", "offsets", "checkpoint", "recorded"],
+                      [[g.range.topic, g.range.partition, f"{g.range.start}..{g.range.end}", g.checkpoint_id,
+                        _when(g.recorded_at)] for g in status.gaps])] if status.gaps else []),
+             f"checkpoint history (latest {len(status.history)}):",
+             render_checkpoints(status.history)]
+    return "\n".join(parts)
+
+
+STALLED = 2  # the exit status while a pipeline is stalled
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m exactly_once.operate.status", description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", help="one pipeline (default: every registered one)")
+    parser.add_argument("--history", type=int, default=10, help="checkpoints of the history to show")
+    args = parser.parse_args()
+    connect = connections.for_command_line(connections.connector)
+    kafka_client = connections.for_command_line(connections.kafka_client)
+    with closing(connect()) as conn, KafkaOffsets(kafka_client) as kafka:
+        names = pipelines(conn)
+        if args.pipeline is not None and args.pipeline not in names:
+            raise SystemExit(f"pipeline {args.pipeline!r} is not registered in the ledger (registered: "
+                             f"{', '.join(names) or 'none'})")
+        statuses = [read_status(conn, kafka, name, args.history) for name in ([args.pipeline] if args.pipeline
+                                                                            else names)]
+    for status in sorted(statuses, key=lambda s: not s.stopped):  # stalled pipelines first
+        print(render(status) + "\n")
+    return STALLED if any(s.stopped for s in statuses) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The work of a pipeline run's three tasks, free of Airflow: the one run path.
+
+    begin_checkpoint ──▶ run_increment (one attempt of the Spark job) ──▶ commit_checkpoint
+
+`exactly_once.orchestration.checkpoint_tasks` wraps each in an Airflow task, and `exactly_once.orchestration.outcomes`
+says what follows each (skip, retry, fail). The tests drive the same functions: the
+fault matrix runs each try as a process of its own, as an Airflow worker does, so a
+fault can kill exactly one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import closing
+from datetime import datetime
+
+from exactly_once import faults
+from exactly_once.config import PipelineConfig
+from exactly_once.errors import AttemptFailed, PipelineError
+from exactly_once.ledger import replays
+from exactly_once.ledger.checkpoints import Begun, Outcome, State
+from exactly_once.ledger.holders import holders
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.leases import heartbeat
+from exactly_once.ledger.migrate import migrate
+from exactly_once.ledger.planning import Reach, describe_ranges
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.refusals import Fenced, NotRunnable, Stalled
+from exactly_once.ledger.versions import config_version
+from exactly_once.operate import preflight
+
+log = logging.getLogger(__name__)
+
+
+def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
+                     end: datetime | None, reach: Reach = Reach.BACKLOG, reprocess: bool = False) -> Begun:
+    """Migrates the ledger, refuses to go on while another checkpoint is stalled (promise 9:
+    that comes first), runs the preflight, recovers, and begins (or finds again) the run's
+    checkpoint; says in the log what it planned or, for an empty interval, who holds its
+    records. With `reprocess`, a run whose checkpoint is committed begins a reprocessing of
+    it (promise 10) instead of changing nothing."""
+    with closing(ledger.connect()) as conn:
+        migrate(conn)
+    ledger.refuse_if_stalled(run_id)
+    imported = preflight.require(ledger.config, kafka, ledger.connect)
+    log.info("preflight: pipeline %r is ready%s", ledger.config.name,
+             " (its transform imports: checked once for this configuration version)" if imported else "")
+    begun = ledger.begin(run_id, start, end, kafka, reach)
+    log.info("recovery: %s", begun.recovery)
+    if reprocess and begun.checkpoint.state is State.COMMITTED and not begun.checkpoint.is_empty:
+        return reprocess_checkpoint(ledger, begun.checkpoint.id, run_id)
+    checkpoint = begun.checkpoint
+    ranges = describe_ranges(checkpoint.ranges)
+    if checkpoint.is_empty:
+        log.info("checkpoint %s: nothing to read (%s); no Spark job", checkpoint.id, ranges)
+        if start is not None and end is not None and start < end:
+            log.info("%s", interval_holders(ledger, kafka, start, end))
+    elif checkpoint.state in (State.PRECOMMITTED, State.COMMITTED):
+        log.info("checkpoint %s of this run is already %s (%s)", checkpoint.id, checkpoint.state.value, ranges)
+    else:
+        log.info("checkpoint %s (%s): %s; %s", checkpoint.id, "new" if begun.new else "begun before", ranges,
+                 REACHES[reach])
+    return begun
+
+
+def reprocess_checkpoint(ledger: Ledger, checkpoint_id: int, requested_by: str) -> Begun:
+    """Begins (or finds open) a reprocessing of a committed checkpoint, with the ledger's
+    configuration; says which configuration produced its current rows and which will replace them."""
+    begun = replays.reprocess(ledger, checkpoint_id, requested_by)
+    reprocessing = begun.checkpoint
+    holder, version = replays.latest_processing(ledger, reprocessing.replays)
+    log.info("checkpoint %s (%s) reprocesses committed checkpoint %s (%s) with configuration version %s; its "
+             "rows are checkpoint %s's, of configuration version %s, and its commit replaces them in every sink",
+             reprocessing.id, "new" if begun.new else f"begun before, {reprocessing.state.value}",
+             reprocessing.replays, describe_ranges(reprocessing.ranges), config_version(ledger.config), holder,
+             version or "unrecorded")
+    return begun
+
+
+REACHES = {Reach.INTERVAL: "a backfill run takes the unclaimed records of its interval",
+           Reach.BACKLOG: "this run takes the unclaimed records of its interval and those before it"}
+
+
+def interval_holders(ledger: Ledger, kafka: KafkaOffsets, start: datetime, end: datetime) -> str:
+    """Which checkpoints took the records of an interval this run finds empty (a backfill
+    over intervals already processed, or a run late behind a later one)."""
+    config = ledger.config
+    with closing(ledger.connect()) as conn:
+        held = holders(conn, kafka, config.name, config.source.topics, start, end)
+    interval = f"{start.isoformat()} → {end.isoformat()}"
+    if not held:
+        return f"no records in the interval {interval}"
+    return (f"the records of the interval {interval} are already held by checkpoint(s) "
+            + ", ".join(f"{h.checkpoint_id} ({h.state}, DAG run {h.dag_run_id})" for h in held))
+
+
+def job_arguments(config: PipelineConfig, checkpoint_id: int, attempt: int) -> list[str]:
+    """The arguments of the Spark job of one attempt (`exactly_once.spark.job`)."""
+    return ["--pipeline", config.name, "--checkpoint-id", str(checkpoint_id), "--attempt", str(attempt)]
+
+
+def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[str]], None]) -> int | None:
+    """Starts a new attempt of the checkpoint (fencing off any older one) and runs the Spark
+    job with `execute(job arguments)` (`exactly_once.spark.runners`, or a session in this process), which
+    raises if the job fails. A failed attempt is aborted, so a retry runs the same frozen
+    ranges again; the error raised says whether a retry may help (`attempt_failure`).
+    Returns the attempt, or None when the checkpoint is already pre-committed or committed
+    (a cleared or retried task)."""
+    try:
+        attempt = ledger.start_attempt(checkpoint_id).attempt
+    except NotRunnable as refused:
+        if refused.done:
+            log.info("nothing to run: %s", refused)
+            return None
+        raise
+    log.info("checkpoint %s attempt %s: running the increment job", checkpoint_id, attempt)
+    try:
+        with heartbeat(ledger, checkpoint_id, attempt):  # the lease lasts while this task lives
+            execute(job_arguments(ledger.config, checkpoint_id, attempt))
+    except Exception as failure:
+        verdict = attempt_failure(ledger, checkpoint_id, attempt, failure)
+        if verdict is not None:
+            raise verdict from failure
+        log.warning("the job said %r after it pre-committed attempt %s; the pre-commit stands", failure, attempt)
+    except BaseException as interrupted:  # the task is being stopped: leave nothing half-run behind
+        attempt_failure(ledger, checkpoint_id, attempt, interrupted)
+        raise
+    faults.point("increment_task.after_job")
+    return attempt
+
+
+def attempt_failure(ledger: Ledger, checkpoint_id: int, attempt: int, failure: BaseException
+                    ) -> PipelineError | None:
+    """What a failed job means for its task, from the ledger: None when the attempt
+    pre-committed all the same (its work is done); `Fenced` when a newer attempt owns the
+    checkpoint or recovery aborted it (the job exits 3 then; a retry would only fence the
+    owner in turn, or find the ranges planned again elsewhere); `Stalled` when its failures
+    stalled it (only an operator goes on); else `AttemptFailed`, retryable unless the job
+    recorded a failure no retry can fix."""
+    ledger.abort_attempt(checkpoint_id, attempt, f"Spark job failed: {failure}")  # unless the job recorded it
+    checkpoint = ledger.checkpoint(checkpoint_id)
+    if checkpoint.state in (State.PRECOMMITTED, State.COMMITTED) and checkpoint.precommitted_attempt == attempt:
+        return None
+    if checkpoint.attempt != attempt or checkpoint.state is State.ABORTED:
+        return Fenced(f"attempt {attempt} of checkpoint {checkpoint_id} is fenced: the checkpoint is "
+                      f"{checkpoint.state.value} and its current attempt is {checkpoint.attempt}")
+    if checkpoint.state is State.STALLED:
+        return Stalled(ledger.config.name, checkpoint)
+    recorded = ledger.attempt(checkpoint_id, attempt)
+    log.info("attempt %s of checkpoint %s aborted (%s); a retry runs the same ranges", attempt, checkpoint_id,
+             recorded.reason)
+    return AttemptFailed(f"checkpoint {checkpoint_id} attempt {attempt} failed: {recorded.reason}",
+                         retryable=recorded.retryable is not False)
+
+
+def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int) -> Outcome:
+    """Phase two (idempotent). Fault points name the task's try, e.g. fail only try 1."""
+    faults.point(f"commit_task.try{try_number}")
+    outcome = ledger.commit(checkpoint_id)
+    log.info("checkpoint %s: %s", checkpoint_id, outcome.value)
+    faults.point("commit_task.after_commit")  # committed, but the task has not reported success
+    return outcome

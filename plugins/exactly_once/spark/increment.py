@@ -1,0 +1,125 @@
+"""One attempt of one checkpoint, in Spark: read the frozen ranges, parse (by the value
+format), transform, check and make each sink's rows (exactly_once.spark.frames), write
+staging from the executors isolating records that fail (exactly_once.spark.staging),
+pre-commit.
+
+The job never decides ranges; it reads them from the ledger. Everything here
+builds Spark plans from the pipeline configuration, so a new pipeline needs no
+change to this module: its transform is a function named in its configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+
+from exactly_once import faults
+from exactly_once.db import jdbc_options
+from exactly_once.errors import is_retryable
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.checkpoints import Committable
+from exactly_once.ledger.planning import OffsetRange, layers
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.spark.staging import Staging
+
+log = logging.getLogger(__name__)
+
+_KAFKA_COLUMNS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")  # what the job reads of a record
+# Offsets per Spark task: a Kafka partition's range is split so that a task's cached
+# records fit in memory whatever the range's size (one task per 1.5 M-record partition
+# ran out of a 1 GiB heap), and the tasks balance over the cores; fewer when records may
+# be large (`max_record_bytes`), so a task reads at most TASK_BYTES.
+OFFSETS_PER_TASK = 250_000
+TASK_BYTES = 256 * 2**20
+
+
+def offsets_per_task(max_record_bytes: int | None) -> int:
+    return OFFSETS_PER_TASK if max_record_bytes is None else max(1, min(OFFSETS_PER_TASK,
+                                                                       TASK_BYTES // max_record_bytes))
+
+
+@dataclass
+class AttemptReport:
+    """What the attempt did, for its log and the checkpoint history."""
+
+    records: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        yield
+        self.seconds[name] = round(time.monotonic() - started, 3)
+
+
+def kafka_source_options(kafka: KafkaClient, ranges: tuple[OffsetRange, ...],
+                         max_record_bytes: int | None = None) -> dict[str, str]:
+    """Options of Spark's Kafka source for exactly these (non-empty) ranges, read_committed,
+    through the client config of the pipeline's Kafka connection, in tasks of a bounded size."""
+    assign, starting, ending = {}, {}, {}
+    for r in ranges:
+        assign.setdefault(r.topic, []).append(r.partition)
+        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
+        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+    return {**kafka.spark_options(), "kafka.isolation.level": "read_committed",
+            "failOnDataLoss": "true", "assign": json.dumps(assign), "startingOffsets": json.dumps(starting),
+            "endingOffsets": json.dumps(ending),
+            "maxRecordsPerPartition": str(offsets_per_task(max_record_bytes))}
+
+
+def read_ranges(spark: SparkSession, kafka: KafkaClient, ranges: tuple[OffsetRange, ...],
+                max_record_bytes: int | None = None) -> DataFrame:
+    """Exactly the committed records of the frozen ranges (read_committed; a range that
+    ends on transaction markers or holds only aborted records yields what is committed):
+    one read of Kafka per layer of ranges, as a read takes one range per partition."""
+    reads = [spark.read.format("kafka").options(**kafka_source_options(kafka, layer, max_record_bytes)).load()
+             .select(*KAFKA_COLUMNS) for layer in layers(ranges)]
+    if not reads:
+        return spark.createDataFrame([], _KAFKA_COLUMNS)
+    return reduce(DataFrame.unionAll, reads)
+
+
+def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, kafka: KafkaClient,
+                jdbc: Mapping[str, str]) -> tuple[Committable, AttemptReport]:
+    """Executes the attempt and pre-commits it. Raises `Fenced` if it is no longer the
+    checkpoint's current attempt, `BadRecords` under the `fail` policy, `NotIsolated` if a
+    write fails because of records that isolation cannot single out."""
+    report = AttemptReport()
+    checkpoint = ledger.current(checkpoint_id, attempt)  # Fenced before it reads anything
+    log.info("checkpoint %s attempt %s: ranges %s", checkpoint_id, attempt,
+             ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges))
+    staging = Staging(ledger, checkpoint, attempt, jdbc)
+    with ledger.rows() as rows:
+        set_aside = rows.dead_lettered(checkpoint.ranges)
+
+    faults.point("increment.before_read")
+    records = read_ranges(spark, kafka, checkpoint.ranges, ledger.config.max_record_bytes)
+    report.records, report.rows = staging.write_isolating(records, set_aside, report.phase)
+    faults.point("increment.before_pre_commit")
+    with report.phase("pre_commit"):
+        committable = ledger.pre_commit(checkpoint_id, attempt, report.rows, report.records)
+    log.info("checkpoint %s attempt %s pre-committed: %s records read, rows per sink %s, seconds per phase %s",
+             checkpoint_id, attempt, report.records, report.rows, report.seconds)
+    return committable, report
+
+
+def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, kafka: KafkaClient,
+                    db_url: str) -> AttemptReport:
+    """`run_attempt`, with a failure recorded on the attempt together with whether a retry
+    may help: the task that started the attempt reads that verdict from the ledger,
+    whatever ran the job (spark-submit, a cluster, an in-process session). A fenced
+    attempt records nothing: it is no longer the checkpoint's to change."""
+    try:
+        return run_attempt(spark, ledger, checkpoint_id, attempt, kafka, jdbc_options(db_url))[1]
+    except Exception as error:
+        ledger.abort_attempt(checkpoint_id, attempt, f"{type(error).__name__}: {error}", is_retryable(error))
+        raise

@@ -1,0 +1,53 @@
+"""The code a pipeline's Spark job runs, as one archive for `--py-files` (spark-submit) or
+`addArtifacts` (Spark Connect): the library with its SQL files, and the top-level package
+of the pipeline's transform. So a driver and executors on other machines import exactly
+what the task that started the attempt runs, never what their own `sys.path` holds.
+
+The archive is built once per content, named by its hash, in a folder of the temporary
+directory only the task's user may write (a shared host's other users cannot plant code
+in it): tasks of one deployment share it, and a deploy makes a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+from exactly_once.config import PipelineConfig
+from exactly_once.packages import LIBRARY, package_files, transform_package
+from exactly_once.sqlfiles import CHECKOUT_SQL
+
+FIXED_TIME = (2026, 1, 1, 0, 0, 0)  # the same content makes the same archive
+
+
+def code_archive(config: PipelineConfig) -> Path:
+    """The archive of the library and the transform's package (a zip of .py and .sql files)."""
+    entries = dict(package_files(LIBRARY, "exactly_once"))
+    if CHECKOUT_SQL.is_dir():  # a checkout: sql/ beside plugins/ travels inside the package
+        entries.update((f"exactly_once/sql/{p.relative_to(CHECKOUT_SQL)}", p) for p in CHECKOUT_SQL.rglob("*.sql"))
+    if config.transform:
+        entries.update(package_files(*transform_package(config)))
+    content = io.BytesIO()
+    with zipfile.ZipFile(content, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(entries):
+            archive.writestr(zipfile.ZipInfo(name, FIXED_TIME), entries[name].read_bytes())
+    data = content.getvalue()
+    path = _private_folder() / f"code-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}.part")
+        partial.write_bytes(data)
+        partial.replace(path)  # atomic: a concurrent task sees the whole archive or none
+    return path
+
+
+def _private_folder() -> Path:
+    folder = Path(tempfile.gettempdir()) / f"exactly_once-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    found = folder.lstat()
+    if found.st_uid != os.getuid() or found.st_mode & 0o077 or not folder.is_dir() or folder.is_symlink():
+        raise PermissionError(f"{folder} must be a folder of user {os.getuid()} that no one else may use")
+    return folder

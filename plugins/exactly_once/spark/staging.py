@@ -1,0 +1,231 @@
+"""An attempt's staging writes, with record isolation (exactly_once.spark.isolation).
+
+Each sink's rows and the dead letters are appended from the executors, tagged
+(checkpoint, attempt). Where a final table can refuse rows the row checks pass (a CHECK
+constraint, a trigger, a foreign key: `Ledger.may_refuse`), the staged rows are then
+promoted on trial and rolled back, so a refusal is found before pre-commit. A write or
+trial that fails because of some records is narrowed down to them by probes — a part of
+the ranges staged under a probe tag, tried, deleted — and the attempt is written again
+with them set aside as dead letters carrying the failure's own message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from functools import partial
+
+import psycopg2
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
+
+from exactly_once import faults
+from exactly_once.config import Sink
+from exactly_once.errors import Permanent
+from exactly_once.ledger.checkpoints import Checkpoint
+from exactly_once.ledger.planning import OffsetRange
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
+from exactly_once.spark.frames import SetAside, attempt_frames, in_ranges, parse, with_set_aside
+from exactly_once.spark.isolation import NotIsolated, describe, narrow
+from exactly_once.sqlstates import Ask, raised_by_user_code, record_failure
+
+log = logging.getLogger(__name__)
+
+Phase = Callable[[str], AbstractContextManager]        # times a phase of the attempt's report
+# An upsert's next-newest row for a key may be refused once its newest is set aside.
+ISOLATION_ROUNDS = 3
+
+
+class BadRecords(Permanent):
+    """Bad records in a pipeline whose policy (`on_bad_record: fail`) is to fail."""
+
+
+# Rows a JDBC batch buffers: fewer when records may be large (`max_record_bytes`), so a
+# batch holds at most BATCH_BYTES of them.
+BATCH_ROWS, BATCH_BYTES = 10_000, 64 * 2**20
+
+
+def rows_per_batch(max_record_bytes: int | None) -> int:
+    return BATCH_ROWS if max_record_bytes is None else max(1, min(BATCH_ROWS, BATCH_BYTES // max_record_bytes))
+
+
+def write_jdbc(frame: DataFrame, table: str, jdbc: Mapping[str, str], batch_rows: int = BATCH_ROWS) -> None:
+    """Appends the rows to `table` from the executors in parallel. Each Spark task writes in
+    one transaction, so a retried task does not leave half its rows behind."""
+    frame.write.format("jdbc").options(**jdbc).option("dbtable", table).option("batchsize", batch_rows) \
+        .mode("append").save()
+
+
+def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], checkpoint_id: int, attempt: int,
+                  batch_rows: int = BATCH_ROWS) -> int:
+    """Appends the rows, tagged (checkpoint, attempt), and returns how many were written:
+    counted as they pass into the write (an Observation, which counts the successful
+    attempt of each Spark task once), so the rows are computed once."""
+    written = Observation(f"rows written to {table}")
+    tagged = frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
+    write_jdbc(tagged.observe(written, F.count(F.lit(1)).alias("rows")), table, jdbc, batch_rows)
+    return written.get["rows"]
+
+
+def ask_again(ledger: Ledger, statement: str) -> psycopg2.Error | None:
+    """The pipeline database's error for an INSERT of a staging write it refused, run again
+    and rolled back; None if it passes now. Over Spark Connect this is how the refusal's
+    SQLSTATE is known (exactly_once.connect_errors)."""
+    with ledger.rows() as rows:
+        try:
+            rows.cur.execute("SET LOCAL lock_timeout = '10s'")  # a lock held elsewhere is no record's doing
+            rows.cur.execute(statement)
+        except psycopg2.Error as refused:
+            return refused
+        finally:
+            rows.cur.connection.rollback()
+    return None
+
+
+class _Refused(Exception):
+    """A sink's write or trial promotion failed; `reason` says why if a record can have
+    caused it (the sink, or the transform for a Python error), else it is None."""
+
+    def __init__(self, sink: str, error: BaseException, transform: str | None, ask: Ask | None = None):
+        super().__init__(f"sink {sink}: {error}")
+        failure = record_failure(error, ask)
+        if failure is None:
+            self.reason = None
+        else:
+            state, message = failure
+            message = message.replace("\x00", "\\x00")  # a dead letter's reason is text: no NUL
+            self.reason = f"transform {transform}: {message}" if raised_by_user_code(state) else \
+                f"sink {sink}: {message}"
+
+
+class Staging:
+    def __init__(self, ledger: Ledger, checkpoint: Checkpoint, attempt: int, jdbc: Mapping[str, str]):
+        self.ledger, self.checkpoint, self.attempt, self.jdbc = ledger, checkpoint, attempt, jdbc
+        self.checkpoint_id, self.ranges = checkpoint.id, checkpoint.ranges
+        self.config = ledger.config
+        self.columns = ledger.final_columns()
+        self.refusing = self._may_refuse()
+
+    def write_isolating(self, records: DataFrame, set_aside: SetAside, phase: Phase) -> tuple[int, dict[str, int]]:
+        """Stages the records' rows; returns how many records there are and the rows written per sink."""
+        set_aside = list(set_aside)
+        with phase("read"):
+            parsed = parse(records, self.config).persist(StorageLevel.MEMORY_AND_DISK)
+            count = parsed.count()
+        try:
+            for _ in range(ISOLATION_ROUNDS):
+                try:
+                    faults.point("increment.before_write")
+                    with phase("write_staging"):
+                        return count, self.write(with_set_aside(parsed, set_aside), self.attempt)
+                except _Refused as refused:
+                    if refused.reason is None:
+                        raise refused.__cause__ from None
+                    set_aside += list(self.isolate(parsed, set_aside, refused).items())
+        finally:
+            parsed.unpersist()
+        raise NotIsolated(f"checkpoint {self.checkpoint_id}: writes kept failing after isolating "
+                          + ", ".join(f"{r.topic}[{r.partition}]@{r.start}" for r, _ in set_aside))
+
+    def isolate(self, parsed: DataFrame, set_aside: SetAside, refused: _Refused) -> dict[OffsetRange, str]:
+        """The records that fail on their own, each with why."""
+        self._delete(self.attempt)
+        log.warning("checkpoint %s attempt %s: isolating the records that fail: %s", self.checkpoint_id,
+                    self.attempt, refused.reason)
+        isolated = narrow(self.ranges, lambda part: self.probe(with_set_aside(parsed.where(in_ranges(part)),
+                                                                              set_aside)))
+        if not isolated:
+            raise NotIsolated(f"checkpoint {self.checkpoint_id}: {refused.reason}; no record fails on its own "
+                              "(rows of several records together?)") from refused.__cause__
+        if len(isolated) > 1 and len(isolated) == parsed.where("reason IS NULL").count():
+            raise NotIsolated(f"checkpoint {self.checkpoint_id}: every record fails on its own, so the cause is "
+                              f"not in the records: {describe(isolated)}") from refused.__cause__
+        if self.config.on_bad_record == "fail":
+            raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint {self.checkpoint_id}: "
+                             + describe(isolated))
+        log.warning("checkpoint %s attempt %s: set aside as dead letters: %s", self.checkpoint_id, self.attempt,
+                    describe(isolated, limit=len(isolated)))
+        return isolated
+
+    def write(self, parsed: DataFrame, tag: int, probing: bool = False) -> dict[str, int]:
+        """Stages the rows tagged `tag` and promotes them on trial where a table may refuse
+        some; `_Refused` says which sink refused them. A probe (a few records) writes no
+        dead letters, each sink in one Spark task."""
+        frames = attempt_frames(parsed, self.config, self.columns)
+        staging = {name: frame.coalesce(1) if probing else frame for name, frame in frames.staging.items()
+                   if not (probing and name == DEAD_LETTERS)}
+        written = {}
+        try:
+            if self.config.on_bad_record == "fail":
+                first = frames.bad.limit(5).collect()
+                if first:
+                    raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
+                                     f"{self.checkpoint_id} read "
+                                     + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
+            for name, frame in staging.items():
+                try:
+                    written[name] = write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc,
+                                                  self.checkpoint_id, tag, rows_per_batch(self.config.max_record_bytes))
+                except Exception as error:
+                    raise _Refused(name, error, self.config.transform, partial(ask_again, self.ledger)) from error
+                faults.point(f"increment.wrote.{name}")
+        finally:
+            frames.refused.unpersist()
+        if self.refusing:
+            refused = self._trial_promote(tag)
+            if refused is not None:
+                sink, error = refused
+                raise _Refused(sink, error, self.config.transform) from error
+        return written
+
+    def probe(self, parsed: DataFrame) -> str | None:
+        """Why these records fail to stage or promote, or None; leaves nothing staged."""
+        tag = -self.attempt  # never a real attempt's: no commit promotes it, clean-ups delete it
+        started = time.monotonic()
+        why = None
+        try:
+            self.write(parsed, tag, probing=True)
+        except _Refused as refused:
+            if refused.reason is None:
+                raise refused.__cause__ from None
+            why = refused.reason
+        finally:
+            self._delete(tag)
+        log.info("probe: %s (%.1f s)", why or "passes", time.monotonic() - started)
+        return why
+
+    # -- on the pipeline database -------------------------------------------------------------
+
+    def _may_refuse(self) -> list[Sink]:
+        """The sinks whose final tables can refuse rows that pass the row checks: a CHECK,
+        foreign key or exclusion constraint, a trigger, or a unique index besides the one
+        the merge conflicts on; every sink once a commit of these ranges was refused (an
+        aggregate's sum beyond its column, say)."""
+        with self.ledger.rows() as rows:
+            if rows.refused_at_commit(self.checkpoint_id):  # a table refused what no trial had tried
+                return list(self.config.sinks)
+            return [sink for sink in self.config.sinks if rows.may_refuse(sink)]
+
+    def _trial_promote(self, tag: int) -> tuple[str, Exception] | None:
+        """Promotes the rows tagged `tag` into the refusing sinks' tables and rolls back:
+        (sink, the database's error) for the first that refuses them, else None."""
+        params = {"checkpoint_id": self.checkpoint_id, "attempt": tag, "slot": self.checkpoint.slot}
+        with self.ledger.rows() as rows:
+            try:
+                for sink in self.refusing:
+                    try:
+                        for statement in rows.promotion(sink, self.checkpoint.replays is not None):
+                            rows.cur.execute(statement, params)
+                    except psycopg2.Error as refused:
+                        return sink.name, refused
+            finally:
+                rows.cur.connection.rollback()
+        return None
+
+    def _delete(self, tag: int) -> None:
+        with self.ledger.rows() as rows:
+            rows.delete_staging(self.checkpoint_id, tag)

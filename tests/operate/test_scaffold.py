@@ -1,0 +1,43 @@
+"""`python -m exactly_once new` on the local stack: what it writes passes the preflight once
+the topic exists and its DDL has run; it never overwrites a file and refuses a name Python
+already has."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tests.operate.test_preflight import execute
+
+
+def cli(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{cwd / 'plugins'}{os.pathsep}{os.environ['PYTHONPATH']}"}
+    return subprocess.run([sys.executable, "-m", "exactly_once", *arguments], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=cwd)
+
+
+def test_a_scaffolded_pipeline_passes_the_preflight_once_its_table_exists(ledger_db, topic, tmp_path):
+    name = f"new_{uuid.uuid4().hex[:8]}"
+    execute(ledger_db, f"CREATE SCHEMA {name}")
+    new = cli("new", name, "--topic", topic, "--schema", "id:string,amount:decimal(12,2),at:timestamp",
+              "--table", f"{name}.events", cwd=tmp_path)
+    assert new.returncode == 0, new.stderr
+    assert new.stdout.splitlines()[1:] == [f"  plugins/{name}/__init__.py", f"  plugins/{name}/pipeline.py",
+                                           f"  plugins/{name}/tables.sql", f"  dags/{name}.py"]
+
+    missing = cli("check", f"dags/{name}.py", cwd=tmp_path)
+    assert missing.returncode == 1
+    assert f'- sink {name!r}: table {name}.events: does not exist\n    fix: CREATE TABLE "{name}"."events" (\n' \
+        in missing.stdout
+
+    execute(ledger_db, (tmp_path / "plugins" / name / "tables.sql").read_text())
+    ready = cli("check", f"dags/{name}.py", cwd=tmp_path)
+    assert (ready.returncode, ready.stdout) == (0, f"pipeline {name!r}: ready\n"), ready.stderr
+
+    again = cli("new", name, "--topic", topic, "--schema", "id:string", cwd=tmp_path)
+    assert again.returncode == 1 and again.stderr.startswith(f"not overwriting plugins/{name}/__init__.py, ")
+    taken = cli("new", "json", "--topic", topic, "--schema", "id:string", cwd=tmp_path)
+    assert taken.returncode == 1 and "Python already has a module of that name" in taken.stderr

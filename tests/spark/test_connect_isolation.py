@@ -1,0 +1,124 @@
+"""Promise 8 over Spark Connect (issue 36 item 10): the poison records of test_poison.py,
+with the increment job run as the Airflow task runs it on a `spark_connect` connection
+(exactly_once.spark.runners: the task a client of a Spark Connect server, the code shipped as
+an artifact), each become the one dead letter they become on local[2], with the same
+reason, and the rest commit exactly once. A Connect client's errors carry no py4j
+`java_exception`: isolation reads only what the server sends. Failures no record causes
+are still not narrowed."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from contextlib import closing
+from functools import partial
+
+import psycopg2
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from exactly_once.db import jdbc_options
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.checkpoints import State
+from exactly_once.spark.runners import ConnectRunner, job_runner
+from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.staging import ask_again
+from exactly_once.sqlstates import record_failure
+from exactly_once_stack import spark_cluster
+from exactly_once_stack.settings import spark_connection
+from tests.spark.poison import Orders, valid_orders
+from tests.spark.test_poison import POISON
+
+CONNECTION = "spark_connect_isolation"
+
+
+@pytest.fixture(scope="module")
+def connect_server(stack_env) -> dict:
+    """The local stack's Spark Connect server as an Airflow connection; started if none
+    runs, and then stopped (by PID) at the end. A Connect session leaves this process in
+    Connect mode (pyspark sets SPARK_CONNECT_MODE_ENABLED and never unsets it for a remote
+    server): the environment is put back, so later tests get local sessions again."""
+    saved = dict(os.environ)
+    started = spark_cluster.start("connect")
+    yield spark_connection("connect")
+    spark_cluster.stop_named(started)
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def orders(ledger_db, kafka_servers, topic) -> Orders:
+    return Orders(ledger_db, kafka_servers, topic,
+                  bad=frozenset(value for value, _, reason in POISON.values() if reason is not None))
+
+
+def test_each_poison_record_is_the_dead_letter_it_is_on_local_spark_and_the_rest_commits(
+        connect_server, orders, monkeypatch):
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONNECTION.upper()}", json.dumps(connect_server))
+    runner = job_runner(CONNECTION, f"{orders.config.name} increment", orders.config,
+                        JobSettings(orders.db_url, KafkaClient.at(orders.servers)))
+    assert isinstance(runner, ConnectRunner)
+    valid = valid_orders(0, 24)
+    poison = [(i % 3, key, value) for i, (value, key, _) in enumerate(POISON.values())]
+    orders.produce(valid[:12] + poison + valid[12:])
+
+    checkpoint_id = orders.run(runner=runner)
+
+    assert orders.ledger.checkpoint(checkpoint_id).state is State.COMMITTED
+    orders.assert_exact()
+    at = {r.value: (r.partition, r.offset) for r in orders.records}
+    reasons = orders.dead_letter_reasons()
+    assert {case: reasons.get(at[value]) for case, (value, _, _) in POISON.items()} == \
+        {case: reason and reason.format(schema=orders.config.name) for case, (_, _, reason) in POISON.items()}
+
+
+@pytest.fixture
+def session(connect_server):
+    created = SparkSession.builder.remote(f"sc://{connect_server['host']}:{connect_server['port']}").create()
+    yield created
+    created.stop()
+
+
+def test_failures_no_record_causes_are_not_record_failures_over_connect(session, orders, ledger_db):
+    def raises_connection_error(order_id):  # nested: pickled with its code, not imported by the server
+        raise ConnectionError(f"lost the price service while pricing {order_id}")
+
+    with pytest.raises(Exception) as environment:  # a UDF's error of its environment, not of a record
+        session.createDataFrame([("o1",)], "id string").select(F.udf(raises_connection_error)("id")).collect()
+    assert "ConnectionError: lost the price service" in str(environment.value)
+    assert record_failure(environment.value) is None
+
+    schema = f"c{uuid.uuid4().hex[:10]}"
+    with closing(psycopg2.connect(ledger_db)) as conn, conn, conn.cursor() as cur:
+        cur.execute(f"""
+            CREATE SCHEMA {schema};
+            CREATE TABLE {schema}.refusing (n int CHECK (n > 0));
+            CREATE TABLE {schema}.busy (n int);
+            CREATE FUNCTION {schema}.busy() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END $$;
+            CREATE TRIGGER busy BEFORE INSERT ON {schema}.busy FOR EACH ROW EXECUTE FUNCTION {schema}.busy();
+            CREATE SEQUENCE {schema}.tries;
+            CREATE TABLE {schema}.once (n int);
+            CREATE FUNCTION {schema}.once() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF nextval('{schema}.tries') = 1 THEN  -- a sequence is not rolled back: only the first try fails
+                    RAISE EXCEPTION 'refused once' USING ERRCODE = '23514';
+                END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER once BEFORE INSERT ON {schema}.once FOR EACH ROW EXECUTE FUNCTION {schema}.once();
+        """)
+
+    def failure_writing_to(table: str):
+        with pytest.raises(Exception) as refused:
+            session.createDataFrame([(-1,)], "n int").write.format("jdbc").options(**jdbc_options(ledger_db)) \
+                .option("dbtable", f"{schema}.{table}").mode("append").save()
+        assert "org.postgresql.util.PSQLException" in str(refused.value)
+        return record_failure(refused.value, partial(ask_again, orders.ledger))
+
+    assert failure_writing_to("refusing") == \
+        ("23514", 'new row for relation "refusing" violates check constraint "refusing_n_check"')
+    assert failure_writing_to("busy") is None  # PostgreSQL refuses, but with a SQLSTATE of no record's (40001)
+    assert failure_writing_to("once") is None  # not refused when asked again: not the record's doing

@@ -1,0 +1,192 @@
+"""The Spark increment job against real Kafka, Spark and PostgreSQL: its staging
+rows equal the oracle computed from what was produced, for every sink mode."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from exactly_once.db import jdbc_options
+from exactly_once.faults import ENV as FAULTS
+from exactly_once.faults import InjectedFault
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.planning import Reach
+from exactly_once.ledger.refusals import Fenced
+from exactly_once.ledger.tables import DEAD_LETTER_STAGING, qualified, staging_table
+from exactly_once.spark.increment import run_attempt
+from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.staging import BadRecords
+from tests import oracle
+from tests.kafka_records import moment_after_the_last_marker
+from tests.ledger.harness import Pipeline, committed_records, row_of, workload
+from tests.oracle import Record
+
+JOB = Path(__file__).resolve().parents[2] / "jobs" / "increment.py"
+
+
+@pytest.fixture
+def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
+    return Pipeline(ledger_db, kafka_servers, topic)
+
+
+def attempt(spark, pipeline: Pipeline, checkpoint_id: int, token: int):
+    return run_attempt(spark, pipeline.ledger, checkpoint_id, token, KafkaClient.at(pipeline.servers),
+                       jdbc_options(pipeline.db_url))
+
+
+def staged(pipeline: Pipeline, checkpoint_id: int) -> dict[str, set]:
+    """Every staging row of the checkpoint, per sink (its final table's columns), with the
+    attempt that wrote it."""
+    with closing(psycopg2.connect(pipeline.db_url)) as conn, conn.cursor() as cur:
+        out = {}
+        for sink in pipeline.config.sinks:
+            table, columns = qualified(staging_table(pipeline.config, sink.name)), oracle.table_columns(cur, sink)
+            cur.execute(f"SELECT {', '.join(columns)}, attempt FROM {table} WHERE checkpoint_id = %s",
+                        (checkpoint_id,))
+            out[sink.name] = set(cur.fetchall())
+        cur.execute('SELECT topic, partition, "offset", key, value, reason, attempt FROM '
+                    f"{qualified(DEAD_LETTER_STAGING)} WHERE checkpoint_id = %s", (checkpoint_id,))
+        out["dead_letters"] = {(t, p, o, k and bytes(k), bytes(v), r, a) for t, p, o, k, v, r, a in cur.fetchall()}
+    return out
+
+
+def in_ranges(pipeline: Pipeline, checkpoint) -> list[Record]:
+    return [r for r in committed_records(pipeline.produced, pipeline.topic)
+            if any(r.partition == range_.partition and range_.start <= r.offset < range_.end
+                   for range_ in checkpoint.ranges)]
+
+
+def expected_staging(pipeline: Pipeline, records: list[Record], token: int) -> dict[str, set]:
+    """What the oracle says each sink's staging holds for `records`, in its final table's columns."""
+    expected = oracle.expected(pipeline.config, records, row_of)
+    return {sink: {(*row, token) for row in expected.values(sink, columns)}
+            for sink, columns in oracle.final_columns(pipeline.db_url, pipeline.config).items()}
+
+
+def test_staging_equals_the_oracle_for_every_sink_mode_and_names_each_bad_record(spark, pipeline):
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    token = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    committable, report = attempt(spark, pipeline, checkpoint.id, token)
+
+    records = in_ranges(pipeline, checkpoint)
+    found = staged(pipeline, checkpoint.id)
+    assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(pipeline, records, token)
+    reasons = {b"{not json": "value is not valid JSON",
+               b'{"id": "o9", "k": "fig", "n": "nine"}': "does not fit the schema: n: missing or not bigint"}
+    assert found["dead_letters"] == {(r.topic, r.partition, r.offset, r.key, r.value, reasons[r.value], token)
+                                     for r in records if r.value in reasons}
+    assert len(found["dead_letters"]) == 2
+    assert report.records == len(records) == 16
+    assert committable.staged["events"].rows == 14
+
+    assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
+    pipeline.assert_exact()
+
+
+def test_ranges_ending_on_markers_or_holding_only_aborted_records_finish_with_no_rows(spark, pipeline):
+    pipeline.produce([(False, [(p, b"k", b'{"id": "x", "k": "k", "n": 1}') for p in (0, 1, 2)]),
+                      (True, [(0, b"k", b'{"id": "y", "k": "k", "n": 2}')]),
+                      (False, [(0, b"k", b'{"id": "z", "k": "k", "n": 3}')])])
+    checkpoint = pipeline.begin().checkpoint
+    assert all(r.size >= 2 for r in checkpoint.ranges)  # markers and aborted records only in 1 and 2
+    token = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    _, report = attempt(spark, pipeline, checkpoint.id, token)
+    assert report.records == 1 and report.rows["events"] == 1
+    pipeline.ledger.commit(checkpoint.id)
+    pipeline.assert_exact()
+
+
+def test_a_checkpoint_with_several_ranges_in_a_partition_stages_exactly_their_records(spark, pipeline):
+    """A run that is not a backfill, after a backfill took a later interval, reads the
+    unclaimed offsets on both sides of it: two ranges per partition, one Kafka read each."""
+    pipeline.produce(workload(0))
+    interval_start = moment_after_the_last_marker()
+    pipeline.produce(workload(1000, rounds=1))
+    interval_end = moment_after_the_last_marker()
+    pipeline.produce(workload(2000))
+    backfill = pipeline.begin(interval_start=interval_start, interval_end=interval_end, reach=Reach.INTERVAL)
+    checkpoint = pipeline.begin().checkpoint
+    assert len(checkpoint.ranges) == 6 and {r.partition for r in checkpoint.ranges} == {0, 1, 2}
+    for begun in (backfill.checkpoint, checkpoint):
+        token = pipeline.ledger.start_attempt(begun.id).attempt
+        attempt(spark, pipeline, begun.id, token)
+        found = staged(pipeline, begun.id)
+        assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(
+            pipeline, in_ranges(pipeline, begun), token)
+        assert pipeline.ledger.commit(begun.id) is Outcome.COMMITTED
+    pipeline.assert_exact()
+
+
+def test_a_second_attempt_replaces_the_first_attempts_staging(spark, pipeline, monkeypatch):
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    first = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    monkeypatch.setenv(FAULTS, "increment.before_pre_commit=raise")
+    with pytest.raises(InjectedFault):
+        attempt(spark, pipeline, checkpoint.id, first)  # staging written, never pre-committed
+    assert staged(pipeline, checkpoint.id)["events"]
+    monkeypatch.delenv(FAULTS)
+
+    second = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    attempt(spark, pipeline, checkpoint.id, second)
+    found = staged(pipeline, checkpoint.id)
+    assert {row[-1] for rows in found.values() for row in rows} == {second}
+    assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(
+        pipeline, in_ranges(pipeline, checkpoint), second)
+    pipeline.ledger.commit(checkpoint.id)
+    pipeline.assert_exact()
+
+
+def test_a_stale_token_cannot_pre_commit_or_write(spark, pipeline):
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    stale = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    pipeline.ledger.start_attempt(checkpoint.id)
+    with pytest.raises(Fenced, match=f"attempt {stale} of checkpoint {checkpoint.id} is fenced"):
+        attempt(spark, pipeline, checkpoint.id, stale)
+    assert not any(staged(pipeline, checkpoint.id).values())
+
+
+def test_the_fail_policy_fails_the_attempt_naming_the_bad_records(spark, ledger_db, kafka_servers, topic):
+    pipeline = Pipeline(ledger_db, kafka_servers, topic, on_bad_record="fail")
+    pipeline.produce([(True, [(2, None, b"{not json")])])
+    checkpoint = pipeline.begin().checkpoint
+    token = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    offset = pipeline.produced[0].offset
+    with pytest.raises(BadRecords, match=rf"{topic}\[2\]@{offset}: value is not valid JSON"):
+        attempt(spark, pipeline, checkpoint.id, token)
+    assert pipeline.ledger.checkpoint(checkpoint.id).state == "running"  # the DAG's failure handler aborts it
+
+
+def spark_submit(pipeline: Pipeline, checkpoint_id: int, token: int) -> subprocess.CompletedProcess:
+    """Runs the job as Airflow would, its connections in a settings file. Spark copies the
+    Python driver's stdout and stderr to its own stdout."""
+    root = str(JOB.parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *sys.path])}  # the test transform's module
+    with JobSettings(pipeline.db_url, KafkaClient.at(pipeline.servers)).written() as settings:
+        return subprocess.run(["spark-submit", str(JOB), "--pipeline", pipeline.config.name, "--checkpoint-id",
+                               str(checkpoint_id), "--attempt", str(token), "--settings", str(settings)],
+                              env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_spark_submit_pre_commits_an_attempt_and_a_fenced_one_exits_3(pipeline):
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    stale = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    token = pipeline.ledger.start_attempt(checkpoint.id).attempt
+
+    fenced = spark_submit(pipeline, checkpoint.id, stale)
+    assert fenced.returncode == 3 and f"fenced: attempt {stale} of checkpoint {checkpoint.id}" in fenced.stdout
+    done = spark_submit(pipeline, checkpoint.id, token)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "pre-committed: 16 records read" in done.stdout
+    assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
+    pipeline.assert_exact()

@@ -1,0 +1,130 @@
+"""Promise 8 against real Kafka, Spark and PostgreSQL, through the run path: each poison
+record among valid ones becomes exactly one dead letter whose reason names the sink and
+column (or the transform), the valid records commit exactly once, and nothing stalls."""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import closing
+
+import psycopg2
+import pytest
+
+from exactly_once.ledger.checkpoints import State
+from exactly_once.ledger.refusals import PromotionRefused
+from exactly_once.orchestration import tasks
+from exactly_once.orchestration.outcomes import TaskOutcome, after_error
+from exactly_once.spark.increment import offsets_per_task
+from exactly_once.spark.staging import rows_per_batch
+from tests.spark.poison import TRANSFORM, Orders, order, valid_orders
+
+NUL = "\u0000"
+# case: (value, key, expected reason; None for a record that commits)
+POISON = {
+    "NUL in a string field": (order("nul-note", note=f"a{NUL}b"), b"k", "sink orders: column note: contains NUL (0x00)"),
+    "NUL in an upsert/aggregate key": (order("nul-key", sku=f"ap{NUL}le"), b"k",
+                                       "sink latest: column sku: contains NUL (0x00)"),
+    "invalid UTF-8 value": (b'{"id": "\xff\xfe", "sku": "apple"}', b"k", "value is not valid UTF-8"),
+    "invalid UTF-8 key (kept as bytes; the record counts)": (order("bad-key"), b"\xff\xfe", None),
+    "number beyond the column's precision": (order("too-dear", price="12345.678"), b"k",
+                                             "sink latest: column price: 12345.678 does not fit numeric(6,2)"),
+    "string longer than varchar(n)": (order("long-sku", sku="a-very-long-sku"), b"k",
+                                      "sink latest: column sku: 15 characters, longer than character varying(8)"),
+    "timestamp PostgreSQL cannot store": (order("ancient", at="-5000-01-01T00:00:00Z"), b"k",
+                                          "sink orders: column at: -5000-01-01 00:00:00 is outside PostgreSQL's "
+                                          "timestamp range (-4713-11-24 to 294276-12-31)"),
+    "row refused by a CHECK constraint": (order("bulk", qty=5000), b"k", 'sink orders: new row for relation "orders" '
+                                          'violates check constraint "orders_qty_check"'),
+    "transform raises on one record": (order("raises"), b"k",
+                                       f"transform {TRANSFORM}: ValueError: cannot price order raises"),
+    "trigger raises on one row": (order("cursed"), b"k", "sink orders: order cursed is cursed"),
+    "a domain's CHECK (refused by the staging write, through JDBC)": (
+        order("minus", qty=-1), b"k", 'sink orders: value for domain {schema}.quantity violates check constraint '
+                                      '"quantity_check"'),
+}
+
+
+@pytest.fixture
+def orders(ledger_db, kafka_servers, topic) -> Orders:
+    return Orders(ledger_db, kafka_servers, topic,
+                  bad=frozenset(value for value, _, reason in POISON.values() if reason is not None))
+
+
+def test_each_poison_record_is_one_dead_letter_naming_sink_and_column_and_the_rest_commits(spark, orders):
+    valid = valid_orders(0, 24)
+    poison = [(i % 3, key, value) for i, (value, key, _) in enumerate(POISON.values())]
+    orders.produce(valid[:12] + poison + valid[12:])
+
+    checkpoint_id = orders.run(spark)
+
+    assert orders.ledger.checkpoint(checkpoint_id).state is State.COMMITTED
+    orders.assert_exact()
+    at = {r.value: (r.partition, r.offset) for r in orders.records}
+    reasons = orders.dead_letter_reasons()
+    assert {case: reasons.get(at[value]) for case, (value, _, _) in POISON.items()} == \
+        {case: reason and reason.format(schema=orders.config.name) for case, (_, _, reason) in POISON.items()}
+
+
+def test_a_promotion_refused_at_commit_sends_the_checkpoint_back_and_the_next_run_dead_letters_the_record(
+        spark, ledger_db, kafka_servers, topic):
+    orders = Orders(ledger_db, kafka_servers, topic)
+    orders.produce(valid_orders(0, 12))
+    checkpoint_id = orders.begin()
+    orders.increment(spark, checkpoint_id)  # pre-committed: no table refused anything then
+    with closing(psycopg2.connect(ledger_db)) as conn, conn, conn.cursor() as cur:  # a table changes meanwhile
+        cur.execute(f"ALTER TABLE {orders.config.sink('orders').table} ADD CONSTRAINT no_o5 CHECK (id <> 'o5')")
+
+    with pytest.raises(PromotionRefused, match='violates check constraint "no_o5"') as refused:
+        tasks.commit_checkpoint(orders.ledger, checkpoint_id, 1)
+    assert after_error(refused.value) is TaskOutcome.FAIL  # no retry loops on it
+    assert orders.ledger.checkpoint(checkpoint_id).state is State.PLANNED
+
+    orders.run(spark)  # recovery re-plans its ranges; the new attempt isolates the record
+    assert orders.ledger.checkpoint(checkpoint_id).state is State.ABORTED
+    orders.bad = {order for order in (r.value for r in orders.records) if b'"o5"' in order}
+    orders.assert_exact()
+    assert sorted(orders.dead_letter_reasons().values()) == \
+        ['sink orders: new row for relation "orders" violates check constraint "no_o5"']
+
+
+def test_a_key_too_large_for_a_final_tables_index_is_a_dead_letter_and_the_rest_commits(spark, ledger_db,
+                                                                                         kafka_servers, topic):
+    """Staging has no index on the keys, so the key passes staging and pre-commit; the final
+    table's unique index refuses it at commit (54000): a record's fault, like a CHECK."""
+    orders = Orders(ledger_db, kafka_servers, topic, extra_ddl="ALTER TABLE {s}.latest ALTER sku TYPE text; "
+                                                               "ALTER TABLE {s}.per_sku ALTER sku TYPE text; "
+                                                               "ALTER TABLE {s}.orders ALTER sku TYPE text;")
+    huge = order("huge", sku=secrets.token_hex(4000))  # 8,000 characters that do not compress: over 2,704 bytes
+    orders.produce(valid_orders(0, 12) + [(1, b"k", huge)])
+    checkpoint_id = orders.begin()
+    orders.increment(spark, checkpoint_id)
+    with pytest.raises(PromotionRefused, match="index row size"):
+        tasks.commit_checkpoint(orders.ledger, checkpoint_id, 1)
+
+    orders.run(spark)  # the next run's attempt promotes every sink on trial and isolates the record
+    orders.bad = {huge}
+    orders.assert_exact()
+    [reason] = orders.dead_letter_reasons().values()
+    assert reason.startswith("sink latest: index row size") and 'index "latest_pkey"' in reason
+
+
+def test_a_record_larger_than_max_record_bytes_is_a_dead_letter_before_it_is_parsed(spark, ledger_db, kafka_servers,
+                                                                                     topic):
+    orders = Orders(ledger_db, kafka_servers, topic)
+    orders.config = orders.ledger.config = orders.config.model_copy(update={"max_record_bytes": 300})
+    large = order("large", note="n" * 400)
+    orders.produce(valid_orders(0, 12) + [(2, b"k", large)])
+    orders.run(spark)
+    orders.bad = {large}
+    orders.assert_exact()
+    assert list(orders.dead_letter_reasons().values()) == \
+        [f"record of {len(large) + 1} bytes (key and value) is larger than max_record_bytes 300"]
+
+
+def test_tasks_and_batches_hold_fewer_records_when_records_may_be_large():
+    assert offsets_per_task(None) == 250_000
+    assert offsets_per_task(1024) == 250_000
+    assert offsets_per_task(2**20) == 256  # 256 MiB a task at most
+    assert offsets_per_task(2**30) == 1
+    assert (rows_per_batch(None), rows_per_batch(1024)) == (10_000, 10_000)
+    assert rows_per_batch(2**20) == 64  # 64 MiB a batch at most

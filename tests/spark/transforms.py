@@ -1,0 +1,27 @@
+"""Transforms named in the test pipelines' configuration ("module:function")."""
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def measures(rows: DataFrame) -> DataFrame:
+    """The harness pipeline's aggregate measures, each folded from `n`."""
+    return rows.withColumns({"total": F.col("n"), "smallest": F.col("n"), "largest": F.col("n")})
+
+
+def measures_v2(rows: DataFrame) -> DataFrame:
+    """A fixed `measures` (tests/ledger/test_reprocess.py): a new configuration version."""
+    return measures(rows)
+
+
+def refuses_one_order(rows: DataFrame) -> DataFrame:
+    """The poison pipeline's transform: a Python UDF that raises on the order with id
+    'raises' (a transform failing on one record), and the aggregate's `quantity`."""
+
+    @F.udf("string")
+    def priced(order_id: str) -> str:
+        if order_id == "raises":
+            raise ValueError(f"cannot price order {order_id}")
+        return order_id
+
+    return rows.withColumns({"id": priced("id"), "quantity": F.col("qty")})
