@@ -174,15 +174,8 @@ class Ledger:
         return Committable(checkpoint_id, attempt, checkpoint.ranges, staged)
 
     def commit(self, checkpoint_id: int) -> Outcome:
-        """Phase two, in one transaction: promote every sink's staged rows, record the
-        committed ranges, mark the checkpoint committed, by the rules of the configuration
-        version its attempt ran with. Idempotent. Its staging rows are deleted after that
-        transaction (`recover` deletes them if that never happens): the commit holds its
-        locks for the promotion only. `SentBack` (the checkpoint planned again) if the staged
-        row counts changed since pre-commit or a final table refuses some rows; `Stalled`
-        (its pre-commit kept) if it fails for another reason that retrying cannot fix, or
-        keeps failing for one (`checkpoints.commit_stalls`). A checkpoint stalled at commit
-        is committed by the next call (an operator's cleared commit task)."""
+        """Phase two, in one transaction, idempotent: promote the staged rows and record the
+        committed ranges (exactly_once.ledger.commit says what each refusal means)."""
         return commit(self, checkpoint_id)
 
     # -- abort and recovery -------------------------------------------------------------
