@@ -86,6 +86,13 @@ def row_of(record: Record) -> dict | None:
     return {"id": v["id"], "k": v["k"], "n": v["n"], "total": v["n"], "smallest": v["n"], "largest": v["n"]}
 
 
+def query(db_url: str, statement: str, *params) -> list[tuple]:
+    """One statement on the pipeline database, committed; its rows, if it returns any."""
+    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchall() if cur.description else []
+
+
 def committed_records(produced: list[Produced], topic: str) -> list[Record]:
     return [Record(topic, p.partition, p.offset, p.key, p.value) for p in produced if p.committed]
 

@@ -23,18 +23,12 @@ from exactly_once.operate import stalls
 from exactly_once.operate.status import read_status
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_error
-from tests.ledger.harness import Pipeline, workload
+from tests.ledger.harness import Pipeline, query, workload
 
 
 @pytest.fixture
 def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
     return Pipeline(ledger_db, kafka_servers, topic)
-
-
-def query(db_url: str, statement: str, *params) -> list[tuple]:
-    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
-        cur.execute(statement, params)
-        return cur.fetchall() if cur.description else []
 
 
 def precommitted(pipeline: Pipeline, first: int = 0) -> int:

@@ -16,13 +16,7 @@ from exactly_once.ledger.checkpoints import Outcome, State
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.refusals import PromotionRefused, Stalled
 from exactly_once.orchestration import tasks
-from tests.ledger.harness import Pipeline, workload
-
-
-def query(db_url: str, statement: str, *params) -> list[tuple]:
-    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
-        cur.execute(statement, params)
-        return cur.fetchall() if cur.description else []
+from tests.ledger.harness import Pipeline, query, workload
 
 
 def assert_exact(pipeline: Pipeline) -> None:

@@ -26,18 +26,12 @@ from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.sqlfiles import SQL_DIR
 from exactly_once_stack.postgres import connect_admin
 from tests.kafka_records import produce_transactions
-from tests.ledger.harness import Pipeline, committed_ranges, order, workload
+from tests.ledger.harness import Pipeline, committed_ranges, order, query, workload
 
 
 @pytest.fixture
 def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
     return Pipeline(ledger_db, kafka_servers, topic)
-
-
-def query(db_url: str, statement: str, *params) -> list[tuple]:
-    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
-        cur.execute(statement, params)
-        return cur.fetchall() if cur.description else []
 
 
 def state(pipeline: Pipeline, checkpoint_id: int) -> str:

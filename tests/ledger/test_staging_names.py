@@ -8,9 +8,7 @@ under the new one. Real Kafka and PostgreSQL; the harness's driver plays the Spa
 from __future__ import annotations
 
 import uuid
-from contextlib import closing
 
-import psycopg2
 import pytest
 from psycopg2 import sql
 
@@ -22,7 +20,7 @@ from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.tables import (LEDGER_SCHEMA, contributions_indexes, contributions_table, qualified,
                                         staging_index, staging_table)
 from exactly_once.orchestration import tasks
-from tests.ledger.harness import Driver, Pipeline, workload
+from tests.ledger.harness import Driver, Pipeline, query, workload
 
 
 def config(name: str, sink: str):
@@ -87,12 +85,6 @@ def test_a_reprocessing_recomputes_from_its_own_pipelines_contributions_only(pai
     reprocess(first, "run1")
     first.assert_exact()
     second.assert_exact()
-
-
-def query(db_url: str, statement: sql.Composable | str, *params) -> list[tuple]:
-    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
-        cur.execute(statement, params)
-        return cur.fetchall() if cur.description else []
 
 
 def old_rule(kind: str, pipeline: Pipeline, sink: str) -> sql.Identifier:
