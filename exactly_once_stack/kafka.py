@@ -1,7 +1,8 @@
 """A single-node Apache Kafka broker in KRaft mode (broker + controller in one JVM).
 
 Its classpath is .local/jars/kafka, assembled from Maven Central by
-stack/setup.sh; its data and logs live in .local/kafka.
+stack/setup.sh; its data and logs live in .local/kafka. Its TLS listeners present
+certificates signed by the stack's private CA, made in .local/tls by exactly_once_stack.tls.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import socket
 import subprocess
 import uuid
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-from exactly_once_stack import process
-from exactly_once_stack.settings import JARS, LOCAL, LOOPBACK, ROOT, java_home, passwords, ports
+from exactly_once_stack import process, tls
+from exactly_once_stack.settings import JARS, LOCAL, LOOPBACK, ROOT, TLS, java_home, kafka_connection, ports
 
 HOME = LOCAL / "kafka"
 DATA = HOME / "data"
@@ -38,25 +39,42 @@ def _java(main: str, *args: str) -> list[str]:
             "-cp", _classpath(), main, *args]
 
 
+# Listener name -> its security protocol and port name. PLAINTEXT serves the tests' producers
+# and oracles and the broker itself; SASL_SSL (SCRAM-SHA-512) is kafka_default's; SSL requires a
+# client certificate (mutual TLS). EXPIRED and OTHER_HOST present an
+# expired certificate and one for another host only, so that the tests can check that the
+# product refuses a real TLS handshake with either.
+LISTENERS = {"PLAINTEXT": ("PLAINTEXT", "kafka"), "SSL": ("SSL", "kafka_ssl"), "SASL_SSL": ("SASL_SSL", "kafka_sasl_ssl"),
+             "EXPIRED": ("SSL", "kafka_expired"), "OTHER_HOST": ("SSL", "kafka_other_host")}
+
+
 def _write_config() -> None:
     port = ports()
+    listeners = ",".join(f"{name}://{LOOPBACK}:{port[port_name]}" for name, (_, port_name) in LISTENERS.items())
+    protocols = ",".join(f"{name}:{protocol}" for name, (protocol, _) in LISTENERS.items())
     HOME.mkdir(parents=True, exist_ok=True)
-    CONFIG.touch()
-    CONFIG.chmod(0o600)  # before it holds the SASL user's password
     CONFIG.write_text(f"""\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{LOOPBACK}:{port['kafka_controller']}
-listeners=PLAINTEXT://{LOOPBACK}:{port['kafka']},SASL_PLAINTEXT://{LOOPBACK}:{port['kafka_sasl']},\
-CONTROLLER://{LOOPBACK}:{port['kafka_controller']}
-advertised.listeners=PLAINTEXT://{LOOPBACK}:{port['kafka']},SASL_PLAINTEXT://{LOOPBACK}:{port['kafka_sasl']}
+listeners={listeners},CONTROLLER://{LOOPBACK}:{port['kafka_controller']}
+advertised.listeners={listeners}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
-# The pipelines' listener (kafka_default): SASL/PLAIN, one user.
-listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN
-listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \
-required user_pipeline="{passwords()['kafka_pipeline']}";
+listener.security.protocol.map={protocols},CONTROLLER:PLAINTEXT
+# SASL_SSL: SCRAM-SHA-512 only; its users live in the cluster's metadata (start() adds the one).
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+# Every TLS listener presents the broker's certificate (IP 127.0.0.1, DNS localhost) from a PEM
+# file holding its key and chain, and trusts the stack's CA, unless it overrides them below.
+ssl.keystore.type=PEM
+ssl.keystore.location={TLS.keystore('broker')}
+ssl.truststore.type=PEM
+ssl.truststore.location={TLS.ca}
+# SSL: mutual TLS, a client certificate signed by the stack's CA or no connection.
+listener.name.ssl.ssl.client.auth=required
+listener.name.expired.ssl.keystore.location={TLS.keystore('broker-expired')}
+listener.name.other_host.ssl.keystore.location={TLS.keystore('broker-other-host')}
 log.dirs={DATA}
 num.partitions=1
 auto.create.topics.enable=false
@@ -103,9 +121,11 @@ def bootstrap_servers() -> str:
 
 
 def start() -> bool:
-    """Formats the storage on first use, starts the broker, waits until it answers."""
+    """Makes the TLS certificates and formats the storage on first use, starts the broker, adds
+    kafka_default's SCRAM user, and waits until that user can log in."""
     if pid() is not None:
         return False
+    tls.ensure(TLS)
     _write_config()
     if not (DATA / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -113,7 +133,31 @@ def start() -> bool:
                        check=True, stdout=subprocess.DEVNULL)
     process.spawn(_java(MARKER, str(CONFIG)), LOG, PID_FILE, env=None, cwd=ROOT)
     process.wait_until(lambda: pid() is not None and ready(), 90, "Kafka broker", LOG)
+    _add_scram_user()
+    process.wait_until(_scram_login_works, 30, "Kafka SCRAM login on the SASL_SSL listener", LOG)
     return True
+
+
+def _add_scram_user() -> None:
+    """kafka_default's user and password, as a SCRAM-SHA-512 credential in the cluster's metadata.
+    An upsert, on every start: the same for a new data folder and one from before SASL_SSL (no
+    authorizer is configured, so the plaintext listener may alter credentials)."""
+    login = kafka_connection()["extra"]
+    credential = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upsert = UserScramCredentialUpsertion(login["sasl.username"], credential, login["sasl.password"].encode())
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers()})
+    for future in admin.alter_user_scram_credentials([upsert], request_timeout=30).values():
+        future.result()
+
+
+def _scram_login_works() -> bool:
+    """The credential reached the broker: kafka_default's own settings list the topics."""
+    try:
+        # Quiet: refusals until the credential arrives are expected; the broker's log names each.
+        AdminClient({**kafka_connection()["extra"], "log_level": 0}).list_topics(timeout=5)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not yet"
+        return False
 
 
 def stop() -> None:

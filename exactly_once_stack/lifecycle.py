@@ -6,8 +6,8 @@ import json
 import sys
 from importlib.metadata import version as dist_version
 
-from exactly_once_stack import airflow, kafka, postgres, spark, spark_cluster
-from exactly_once_stack.settings import ENV_SH, environment, spark_mode, write_env_sh
+from exactly_once_stack import airflow, kafka, postgres, schema_registry, spark, spark_cluster
+from exactly_once_stack.settings import ENV_SH, LOOPBACK, TLS, environment, ports, spark_mode, write_env_sh
 
 
 def up() -> list[str]:
@@ -20,6 +20,8 @@ def up() -> list[str]:
     try:
         if kafka.start():
             started.append("kafka")
+        if schema_registry.start():
+            started.append("schema-registry")
         spark.write_conf()
         started += spark_cluster.start(spark_mode())
         write_env_sh()
@@ -31,12 +33,15 @@ def up() -> list[str]:
 
 
 def down(names: list[str] | None = None) -> None:
-    """Stops the named services (all by default), Spark and Kafka before the database."""
+    """Stops the named services (all by default), Spark, the schema registry and Kafka before the
+    database."""
     if names is None:
         spark_cluster.stop()
-        names = ["kafka", "postgres"]
+        names = ["schema-registry", "kafka", "postgres"]
     else:
         spark_cluster.stop_named(names)
+    if "schema-registry" in names:
+        schema_registry.stop()
     if "kafka" in names:
         kafka.stop()
     if "postgres" in names:
@@ -49,12 +54,16 @@ def running() -> bool:
 
 def status() -> dict[str, str]:
     env = environment()
-    pg, broker = postgres.pid(), kafka.pid()
+    pg, broker, registry = postgres.pid(), kafka.pid(), schema_registry.pid()
     return {
         "postgres": f"running pid {pg}, {env['PIPELINE_DB_URL'].split('@')[1]}" if pg else "stopped",
         "kafka": f"running pid {broker}, {env['KAFKA_BOOTSTRAP_SERVERS']} (plaintext), "
-                 f"{json.loads(env['AIRFLOW_CONN_KAFKA_DEFAULT'])['extra']['bootstrap.servers']} (SASL/PLAIN: "
-                 "kafka_default)" if broker else "stopped",
+                 f"{json.loads(env['AIRFLOW_CONN_KAFKA_DEFAULT'])['extra']['bootstrap.servers']} "
+                 f"(SASL_SSL/SCRAM-SHA-512: kafka_default), {LOOPBACK}:{ports()['kafka_ssl']} (SSL, mutual TLS); "
+                 f"CA {TLS.ca}"
+                 if broker else "stopped",
+        "schema-registry": f"running pid {registry}, {schema_registry.url()}{schema_registry.CCOMPAT} "
+                           "(HTTPS, basic auth: schema_registry_default)" if registry else "stopped",
         "spark": f"{json.loads(env['AIRFLOW_CONN_SPARK_DEFAULT'])} (STACK_SPARK={spark_mode()}); running: "
                  f"{spark_cluster.running() or 'no cluster services'}",
         "env": str(ENV_SH) if ENV_SH.exists() else "not written yet (run `python -m exactly_once_stack up`)",
@@ -72,4 +81,5 @@ def versions() -> dict[str, str]:
         "apache-airflow-providers-apache-spark": dist_version("apache-airflow-providers-apache-spark"),
         "confluent-kafka": dist_version("confluent-kafka"),
         "postgresql": postgres.version() if postgres.pid() else "stopped",
+        "apicurio registry": schema_registry.version() if schema_registry.pid() else "stopped",
     }

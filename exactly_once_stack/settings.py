@@ -2,7 +2,7 @@
 
 `environment()` is the single source of every variable the project's tools read on the
 local stack: Airflow's settings and connections (AIRFLOW_*, among them the pipeline's
-connections pipeline_db, kafka_default, spark_default), SPARK_*, and LOCAL_CLIENTS;
+connections pipeline_db, kafka_default, spark_default, schema_registry_default), SPARK_*, and LOCAL_CLIENTS;
 `.local/env.sh` is written from it for shells. Airflow settings that do not depend on
 the deployment come from deploy/airflow.env, which docker-compose.yaml reads too.
 """
@@ -18,6 +18,8 @@ import shutil
 import socket
 from pathlib import Path
 
+from exactly_once_stack.tls import TlsFiles
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"
 VENV = ROOT / ".venv"
@@ -25,6 +27,9 @@ ENV_SH = LOCAL / "env.sh"
 AIRFLOW_HOME = LOCAL / "airflow"
 SPARK_CONF_DIR = LOCAL / "spark" / "conf"
 JARS = LOCAL / "jars"
+# The stack's private CA and the broker's and the client's certificates (exactly_once_stack.tls),
+# made by `kafka.start()`.
+TLS = TlsFiles(LOCAL / "tls")
 LOOPBACK = "127.0.0.1"
 SPARK_MASTER = "local[2]"
 # Where the pipelines' Spark jobs run (STACK_SPARK): local (spark-submit, local[2]), standalone
@@ -33,16 +38,23 @@ SPARK_MODES = ("local", "standalone", "connect")
 
 # Each port can be fixed with STACK_<NAME>_PORT; otherwise a free one is picked
 # on first start and kept in .local/ports.json.
-# kafka: the plaintext listener (the tests' producers and oracles); kafka_sasl: SASL/PLAIN,
-# the one the pipelines use through kafka_default.
-PORT_NAMES = ("postgres", "kafka", "kafka_controller", "kafka_sasl", "airflow_api", "spark_master", "spark_master_ui",
-              "spark_connect")
+# Kafka's listeners: kafka, plaintext (the tests' producers and oracles); kafka_sasl_ssl,
+# SASL_SSL with SCRAM-SHA-512, the one the pipelines use through kafka_default; kafka_ssl, SSL
+# with mutual TLS (client certificates required); kafka_expired and kafka_other_host, SSL
+# presenting an expired certificate and one for another host, for the tests of a refused
+# handshake. schema_registry: the schema registry's HTTPS port (exactly_once_stack.schema_registry).
+# A name added here is picked on first use and added to an existing checkout's ports.json.
+PORT_NAMES = ("postgres", "kafka", "kafka_controller", "airflow_api", "spark_master", "spark_master_ui",
+              "spark_connect", "kafka_ssl", "kafka_sasl_ssl", "kafka_expired", "kafka_other_host",
+              "schema_registry")
 
 
 # The local stack's plaintext Kafka listener and its pipeline database as a libpq URI, for
 # its own clients: the tests' producers and oracles, the smoke DAG, psql. The library reads
 # neither (it reads the Airflow connections): a deployment does not set them.
 LOCAL_CLIENTS = ("KAFKA_BOOTSTRAP_SERVERS", "PIPELINE_DB_URL")
+# Where Apicurio Registry serves the Confluent-compatible API.
+SCHEMA_REGISTRY_API = "/apis/ccompat/v7"
 
 
 def _json_file(path: Path, names: tuple[str, ...], make: callable) -> dict:
@@ -86,6 +98,7 @@ SECRETS = {
     "airflow": lambda: secrets.token_urlsafe(18),
     "airflow_admin": lambda: secrets.token_urlsafe(12),
     "kafka_pipeline": lambda: secrets.token_urlsafe(18),
+    "schema_registry": lambda: secrets.token_urlsafe(18),
     "jwt_secret": lambda: secrets.token_urlsafe(32),
     "fernet_key": lambda: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
 }
@@ -102,10 +115,22 @@ def db_url(database: str, scheme: str = "postgresql") -> str:
 
 
 def kafka_connection() -> dict:
-    """kafka_default: the SASL/PLAIN listener, as the Kafka provider's connection type holds it."""
+    """kafka_default: the SASL_SSL listener (SCRAM-SHA-512, the broker's certificate checked against
+    the stack's CA), as the Kafka provider's connection type holds it. It only names the CA's file,
+    which `kafka.start()` makes."""
     return {"conn_type": "kafka", "extra": {
-        "bootstrap.servers": f"{LOOPBACK}:{ports()['kafka_sasl']}", "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN", "sasl.username": "pipeline", "sasl.password": passwords()["kafka_pipeline"]}}
+        "bootstrap.servers": f"{LOOPBACK}:{ports()['kafka_sasl_ssl']}", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "pipeline", "sasl.password": passwords()["kafka_pipeline"],
+        "ssl.ca.location": str(TLS.ca)}}
+
+
+def schema_registry_connection() -> dict:
+    """schema_registry_default: the schema registry's Confluent-compatible API over HTTPS (its
+    certificate checked against the stack's CA) with HTTP basic auth, as an Airflow HTTP
+    connection holds it; the extra is confluent-kafka's SchemaRegistryClient config."""
+    url = f"https://{LOOPBACK}:{ports()['schema_registry']}{SCHEMA_REGISTRY_API}"
+    return {"conn_type": "http", "login": "pipeline", "password": passwords()["schema_registry"],
+            "extra": {"url": url, "ssl.ca.location": str(TLS.ca)}}
 
 
 def spark_mode() -> str:
@@ -173,6 +198,7 @@ def environment() -> dict[str, str]:
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_connection(spark_mode())),
         "AIRFLOW_CONN_PIPELINE_DB": json.dumps(pipeline_db),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka_connection()),
+        "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps(schema_registry_connection()),
     }
 
 

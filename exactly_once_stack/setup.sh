@@ -2,7 +2,8 @@
 # Installs everything the project needs on a fresh machine, from the project's
 # own files only: Debian packages (PostgreSQL server, JDK, Maven), the Python
 # environment from requirements-test.lock (the runtime lock plus the test
-# packages), and the Kafka broker and Spark connector jars from Maven Central.
+# packages), the Kafka broker and Spark connector jars and the schema registry
+# (Apicurio Registry) from Maven Central.
 # Idempotent: each step is skipped while the stamp of its inputs is unchanged, so
 # a warm run takes about a second.
 set -euo pipefail
@@ -10,6 +11,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOCAL="$ROOT/.local"
 STAMPS="$LOCAL/stamps"
 UV_VERSION=0.13.8
+# 3.0.x: later Apicurio Registry releases need Java 21, and the stack runs on Debian's Java 17.
+APICURIO_VERSION=3.0.9
 mkdir -p "$STAMPS"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -67,7 +70,30 @@ maven_jars() {
   stamp "jars-$name" "$pom"
 }
 
+# schema_registry_app: Apicurio Registry's Quarkus app (its runner jar and lib/), from the
+# tarball on Maven Central, into .local/jars/schema-registry. Its parent POM is not on Central:
+# a project POM cannot depend on it, and dependency plugin 3.x refuses it too ("Failed to read
+# artifact descriptor"); 2.8 (Maven 3.8's default) copies it without its descriptor. GNU tar
+# unpacks it: the plugin's own unpack ignores the tarball's PAX headers and cuts a long jar
+# name short. Unpacked beside the target and moved in whole: an interrupted run leaves no half app.
+schema_registry_app() {
+  local out="$LOCAL/jars/schema-registry" work="$LOCAL/jars/.schema-registry.partial"
+  up_to_date schema-registry <(echo "$APICURIO_VERSION") && [[ -d "$out" ]] && return
+  log "fetching Apicurio Registry $APICURIO_VERSION from Maven Central"
+  rm -rf "$work"
+  mkdir -p "$work/app"
+  (cd "$work" && mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:2.8:copy \
+    -Dartifact="io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all" -DoutputDirectory="$work") 2>&1 |
+    sed 's/\x1b\[[0-9;]*m//g' >&2
+  tar -xzf "$work/apicurio-registry-app-$APICURIO_VERSION-all.tar.gz" -C "$work/app"
+  rm -rf "$out"
+  mv "$work/app" "$out"
+  rm -rf "$work"
+  stamp schema-registry <(echo "$APICURIO_VERSION")
+}
+
 apt_install
 python_env
 maven_jars kafka
 maven_jars spark
+schema_registry_app

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.request import urlopen
 
 from exactly_once_stack import process
-from exactly_once_stack.settings import LOCAL, LOOPBACK, VENV, ports, process_environment
+from exactly_once_stack.settings import LOCAL, LOCAL_CLIENTS, LOOPBACK, VENV, ports, process_environment
 
 HOME = LOCAL / "spark"
 WORKERS = 2
@@ -77,7 +77,11 @@ def start(mode: str) -> list[str]:
     """Starts the mode's services that are not running, waits until they serve; their names.
     Stops what it started if one does not come up."""
     started = []
-    env = {k: v for k, v in process_environment().items() if k != "PYTHONPATH"}
+    # Not the stack's Airflow settings and connections, nor its clients' URLs: they hold
+    # credentials, and a cluster's processes (its executors, a Connect server's Python
+    # workers) get only what a job sends them.
+    env = {k: v for k, v in process_environment().items()
+           if k != "PYTHONPATH" and k not in LOCAL_CLIENTS and not k.startswith("AIRFLOW")}
     env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"  # its fixed port 6066 is of no use here
     HOME.mkdir(parents=True, exist_ok=True)
     try:

@@ -117,16 +117,19 @@ def pipeline_problems(config: PipelineConfig, kafka: KafkaClient | None, connect
     topics only with a usable Kafka connection; an error on the way is a problem too."""
     from confluent_kafka import KafkaException
 
+    from exactly_once import connections
     from exactly_once.ledger.kafka_offsets import KafkaOffsets
     from exactly_once.operate import preflight
 
+    registry = connections.schema_registry_problems(config.source.schema_registry) \
+        if config.source.schema_registry else []
     if kafka is None:
-        return preflight.check(config, None, connect)
+        return [*registry, *preflight.check(config, None, connect)]
     try:
         with KafkaOffsets(kafka, timeout=PREFLIGHT_KAFKA_TIMEOUT) as offsets:
-            return preflight.check(config, offsets, connect)
+            return [*registry, *preflight.check(config, offsets, connect)]
     except (psycopg2.Error, KafkaException) as failed:
-        return [Problem("preflight", f"stopped by {type(failed).__name__}: {' '.join(str(failed).split())}")]
+        return [*registry, Problem("preflight", f"stopped by {type(failed).__name__}: {' '.join(str(failed).split())}")]
 
 
 class Unloadable(Exception):

@@ -45,6 +45,11 @@ class Source(_Frozen):
                     "Partitions added later always start at their earliest offset.")
     value_format: str = Field("json", description="Encoding of record values, a module of exactly_once.formats.",
                               json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.formats")))
+    schema_registry: str | None = Field(
+        None, description="The Airflow connection (type http) of the schema registry whose Confluent-compatible "
+                          "API the pipeline's record formats use: its extra holds the API's 'url' and TLS settings in "
+                          "the Kafka connection's names, its login and password are basic auth. The first task and "
+                          "`check` ask it for its subjects: a refused login or certificate stops the run.")
     value_schema: dict[Column, str] = Field(
         min_length=1, description="Fields of the value: column name -> Spark SQL type, exactly one type each: "
                                   "boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), date, "

@@ -1,7 +1,8 @@
 """The pipeline's Airflow connections, the one place its endpoints and credentials are
 configured: `pipeline_db` (PostgreSQL: the ledger and the sink tables), `kafka_default`
-(type `kafka`: its extra is the librdkafka client config, TLS and SASL included) and
-`spark_default` (the Spark master). The tasks read them; the Spark job gets what it needs
+(type `kafka`: its extra is the librdkafka client config, TLS and SASL included),
+`spark_default` (the Spark master), and the schema registry a pipeline names in
+`source.schema_registry` (type `http`; `exactly_once.schema_registry`). The tasks read them; the Spark job gets what it needs
 from its task (`exactly_once.spark.settings`), never from an environment variable of its own.
 """
 
@@ -19,6 +20,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from exactly_once.errors import ConfigError
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.problems import Problem
+from exactly_once.schema_registry import URL, SchemaRegistry
 
 PIPELINE_DB = "pipeline_db"
 KAFKA = "kafka_default"
@@ -85,6 +87,28 @@ def kafka_client(conn_id: str = KAFKA) -> KafkaClient:
         raise ConfigError(f"connection {conn_id!r} is of type {c.conn_type!r}, not 'kafka' (its extra holds the "
                           "Kafka client config, e.g. {\"bootstrap.servers\": \"host:9092\"})")
     return KafkaClient(conn_id, c.extra_dejson).validate()
+
+
+def schema_registry(conn_id: str) -> SchemaRegistry:
+    """The schema registry of the connection (type `http`): ConfigError naming it unless usable."""
+    c = BaseHook.get_connection(conn_id)
+    if c.conn_type != "http":
+        raise ConfigError(f"connection {conn_id!r} is of type {c.conn_type!r}, not 'http' (a schema registry: its "
+                          "extra holds the registry's 'url' and TLS settings, its login and password basic auth)")
+    extra = {k: str(v) for k, v in c.extra_dejson.items()}
+    url = extra.pop(URL, None) or f"{c.schema or 'https'}://{c.host}{f':{c.port}' if c.port else ''}"
+    return SchemaRegistry(conn_id, url, (c.login, c.password or "") if c.login else None, extra).validate()
+
+
+def schema_registry_problems(conn_id: str) -> list[Problem]:
+    """The registry connection's problems: undefined, unusable, or refused by the registry."""
+    if not _defined(conn_id):
+        return [Problem(f"connection {conn_id!r}", "is not defined (the pipeline's source.schema_registry; Admin → "
+                                                   f"Connections in the UI, or AIRFLOW_CONN_{conn_id.upper()})")]
+    try:
+        return schema_registry(conn_id).problems()
+    except ConfigError as unusable:
+        return [Problem(f"connection {conn_id!r}", str(unusable).removeprefix(f"connection {conn_id!r}: "))]
 
 
 def connection_problems(conn_ids: tuple[str, ...] = (PIPELINE_DB, KAFKA, SPARK)) -> list[Problem]:

@@ -1,7 +1,8 @@
 """A Kafka client configuration as an Airflow `kafka` connection holds it (its extra: the
 librdkafka config, e.g. `kafka_default`), for the two clients that use it: the planner
 (confluent-kafka, librdkafka's names as they are) and Spark's Kafka source (the Java
-client's names, as `kafka.*` options). Pure: no connection is opened here.
+client's names, as `kafka.*` options; TLS material through `exactly_once.tls`). No
+connection is opened here.
 
 Only settings whose Java equivalent is known are carried to Spark; any other key is a
 ConfigError naming the connection and the key, never a setting silently dropped (a
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exactly_once import tls
 from exactly_once.errors import ConfigError
 
 # librdkafka settings that the Java client has under the same name and meaning.
@@ -49,6 +51,15 @@ class KafkaClient:
     def bootstrap_servers(self) -> str:
         return self.config["bootstrap.servers"]
 
+    def portable(self) -> KafkaClient:
+        """This client with its PEM files' contents inline, for a job whose driver, executors or
+        Spark Connect server cannot read the task's files."""
+        return KafkaClient(self.connection, tls.inline(self.connection, self.config))
+
+    def secrets(self) -> list[str]:
+        """The values of this config that are secret: the SASL password, the client key and its password."""
+        return [v for v in (self.config.get("sasl.password"), *tls.secrets(self.config)) if v]
+
     def validate(self) -> KafkaClient:
         """Raises ConfigError naming the connection unless both clients can use this config."""
         self.spark_options()
@@ -72,11 +83,13 @@ class KafkaClient:
             elif key in OWNED:
                 raise ConfigError(f"connection {self.connection!r}: '{key}' is set by the library (read_committed, "
                                   "no consumer group offsets): remove it from the extra")
-            elif key not in CREDENTIALS:
+            elif key not in CREDENTIALS and key not in tls.SETTINGS:
                 raise ConfigError(f"connection {self.connection!r}: '{key}' has no Spark Kafka source equivalent "
-                                  f"this library knows; it carries {', '.join([*SAME_NAME, *CREDENTIALS])}")
+                                  "this library knows; it carries "
+                                  f"{', '.join([*SAME_NAME, *CREDENTIALS, *tls.SETTINGS])}")
         if any(key in config for key in CREDENTIALS):
             java["sasl.jaas.config"] = self._jaas(config)
+        java.update(tls.java_settings(self.connection, config))
         return {f"kafka.{key}": value for key, value in java.items()}
 
     def _jaas(self, config: dict[str, str]) -> str:

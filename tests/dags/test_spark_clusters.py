@@ -18,7 +18,8 @@ import pytest
 
 from exactly_once_demo.produce import produce
 from exactly_once_stack import spark_cluster
-from exactly_once_stack.settings import ROOT, process_environment, spark_connection
+from exactly_once_stack.settings import ROOT, passwords, process_environment, spark_connection
+from tests.dags.test_kafka_connection import JOB_PROCESSES, Processes, assert_no_secret_in
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
 from tests.faults.world import UDF_TRANSFORM, wait_for
 
@@ -82,6 +83,7 @@ def test_the_udf_variant_on_the_cluster_equals_the_oracle_through_a_fault(cluste
     env = {**process_environment(), "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_connection(cluster)),
            "EXACTLY_ONCE_FAULTS": f"{POINT}=sleep:3"}
+    job = Processes((*JOB_PROCESSES, "CoarseGrainedExecutorBackend")).start()  # sampled until the run ends
     with open(log, "wb") as out:
         run = subprocess.Popen(["airflow", "dags", "test", "orders_exactly_once",
                                 datetime.now(timezone.utc).isoformat()], env=env, cwd=ROOT, stdout=out,
@@ -95,6 +97,7 @@ def test_the_udf_variant_on_the_cluster_equals_the_oracle_through_a_fault(cluste
             spark_cluster.start("connect")
         assert run.wait(600) == 0, log.read_text()[-6000:]
     finally:
+        job.stop()
         if run.poll() is None:  # with its spark-submit: it would hold the cluster's cores
             os.killpg(run.pid, signal.SIGKILL)
         clusters(cluster)  # the killed worker again
@@ -109,6 +112,11 @@ def test_the_udf_variant_on_the_cluster_equals_the_oracle_through_a_fault(cluste
         assert "of type 'spark_connect'" in output and "NO_ACTIVE_SESSION" in output
         assert [state for state, _ in attempts(fresh_demo)] == ["aborted", "committed"]
     assert {transform for _, transform in attempts(fresh_demo)} == {UDF_TRANSFORM}
+    # The job's processes on the cluster (a standalone executor, the Connect server) hold no
+    # password: the Kafka client's TLS and SASL settings reached them inside the plan.
+    assert any(program in line for line, _ in job.seen for program in ("CoarseGrainedExecutorBackend",
+                                                                          "SparkConnectServer"))
+    assert_no_secret_in(sorted(job.seen), output, [passwords()["kafka_pipeline"], passwords()["pipeline"]])
 
 
 def attempts(db_url: str) -> list[tuple[str, str]]:

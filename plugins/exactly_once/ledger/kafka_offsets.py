@@ -7,6 +7,7 @@ from datetime import datetime
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from exactly_once import tls
 from exactly_once.errors import Permanent
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.planning import PartitionOffsets
@@ -20,8 +21,11 @@ class KafkaRefused(Permanent):
         self.connection, self.said = connection, said
 
 
-# librdkafka's words for a refusal that lasts: SASL authentication, the TLS handshake.
+# librdkafka's words for a refusal that lasts: SASL authentication, the TLS handshake; and a
+# broker's TLS alert after the handshake (TLS 1.3 checks the client's certificate then),
+# which librdkafka reports as a transport failure.
 REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+TLS_ALERT = "ssl/tls alert"
 # No answer yet: asked again until the timeout.
 UNANSWERED = (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
 
@@ -34,7 +38,7 @@ class KafkaOffsets:
         self._consumer = Consumer({**client.planner_config(), "error_cb": self._on_error})
 
     def _on_error(self, error: KafkaError) -> None:
-        if error.code() in REFUSALS:
+        if error.code() in REFUSALS or (error.code() == KafkaError._TRANSPORT and TLS_ALERT in error.str().lower()):
             self._refusal = error
 
     def _ask(self, question):
@@ -48,11 +52,18 @@ class KafkaOffsets:
             except KafkaException as error:
                 self._consumer.poll(0)  # serves the error callback, which librdkafka calls only from poll
                 if self._refusal is not None:
-                    raise KafkaRefused(self._client.connection, f"the Kafka brokers {self._client.bootstrap_servers} "
-                                                                f"refuse it: {self._refusal.str()}") from None
+                    raise KafkaRefused(self._client.connection, self._refused()) from None
                 if error.args[0].code() not in UNANSWERED or time.monotonic() >= deadline:
                     raise
                 turn *= 2
+
+    def _refused(self) -> str:
+        said = f"the Kafka brokers {self._client.bootstrap_servers} refuse it: {self._refusal.str()}"
+        if self._refusal.code() == KafkaError._SSL:
+            cause = tls.verification_failure(self._client.connection, self._client.config)
+            if cause:
+                said += f"; the brokers' certificate fails verification with the connection's CA: {cause}"
+        return said
 
     def close(self) -> None:
         self._consumer.close()

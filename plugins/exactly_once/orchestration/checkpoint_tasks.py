@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once.config import PipelineConfig
 from exactly_once.connections import (KAFKA, PIPELINE_DB, SPARK, connection_problems, connector, kafka_client,
-                                      pipeline_db_location, pipeline_db_url)
+                                      pipeline_db_location, pipeline_db_url, schema_registry_problems)
 from exactly_once.errors import ConfigError
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import Reach
@@ -122,6 +122,8 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
     def begin_checkpoint(**context) -> int | None:
         with airflow_outcome():
             problems = connection_problems((PIPELINE_DB, KAFKA, spark_conn_id))
+            if config.source.schema_registry:
+                problems += schema_registry_problems(config.source.schema_registry)
             if problems:
                 raise PreflightFailed(config.name, problems)
             with KafkaOffsets(kafka_client()) as kafka:

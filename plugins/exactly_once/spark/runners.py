@@ -17,6 +17,7 @@ raise when the job fails; what the failure means is read from the ledger.
 from __future__ import annotations
 
 import logging
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -65,7 +66,7 @@ class SubmitRunner(JobRunner):
 
         self.hook = SparkSubmitHook(conn_id=self.conn_id, name=self.name, py_files=archive,
                                     application_args=arguments)
-        self.hook.submit(JOB)  # raises on a non-zero exit
+        self.hook.submit(JOB, env=self.settings.job_environment(os.environ))  # raises on a non-zero exit
 
     def on_kill(self) -> None:
         if self.hook is not None:

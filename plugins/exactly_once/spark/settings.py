@@ -4,7 +4,9 @@ the task's Airflow connections. They hold credentials, so they travel in a file 
 task's user can read, named on the job's command line, removed by the job once read and by
 the task when the job ends (whichever comes first; a task and job both killed before the job
 read it leave it behind, readable by their user only) — never on a command line or in an
-environment variable, which `ps` and Spark's UI show.
+environment variable, which `ps` and Spark's UI show. The Kafka client's PEM files travel
+inline in it (`KafkaClient.portable`), and the job's processes get the task's environment
+without the variables that could hold the same secrets (`job_environment`).
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from exactly_once.kafka_client import KafkaClient
 
@@ -32,7 +35,7 @@ class JobSettings:
         try:
             with os.fdopen(descriptor, "w") as file:
                 json.dump({"db_url": self.db_url, "kafka_connection": self.kafka.connection,
-                           "kafka": dict(self.kafka.config)}, file)
+                           "kafka": dict(self.kafka.portable().config)}, file)
             yield Path(name)
         finally:
             Path(name).unlink(missing_ok=True)
@@ -43,3 +46,12 @@ class JobSettings:
         found = json.loads(path.read_text())
         path.unlink(missing_ok=True)
         return cls(found["db_url"], KafkaClient(found["kafka_connection"], found["kafka"]))
+
+    def job_environment(self, environment: Mapping[str, str]) -> dict[str, str]:
+        """The environment for the job's processes: the task's, less Airflow's variables (the job
+        reads none, and AIRFLOW_CONN_* hold the very connections this file carries) and less any
+        variable whose value holds one of these settings' secrets (e.g. a database URL with the
+        password, which a local setup may export)."""
+        secrets = [s for s in (unquote(urlsplit(self.db_url).password or ""), *self.kafka.portable().secrets()) if s]
+        return {name: value for name, value in environment.items()
+                if not name.lstrip("_").startswith("AIRFLOW") and not any(s in value for s in secrets)}
