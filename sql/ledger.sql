@@ -40,6 +40,22 @@ CREATE TABLE IF NOT EXISTS {contributions} AS SELECT {columns}, 0::bigint AS che
 CREATE INDEX IF NOT EXISTS {by_checkpoint} ON {contributions} (checkpoint_id);
 CREATE INDEX IF NOT EXISTS {by_keys} ON {contributions} ({keys});
 
+-- name: add_tombstone_mark
+-- An upsert sink's staging or contributions table marks its rows that are tombstones
+-- (plugins/exactly_once/sinks/upsert.py). Its default stays: the rows already there, and a
+-- writer that names no such column (an earlier library's job), have none.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} boolean NOT NULL DEFAULT false;
+
+-- name: tombstone_mark_default
+ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT false;
+
+-- name: create_tombstones_index
+-- A merge's lookup of a key's tombstones among the contributions (sql/merge/upsert.sql).
+CREATE INDEX IF NOT EXISTS {index} ON {contributions} ({keys}) WHERE kafka_tombstone;
+
+-- name: index_ready
+SELECT to_regclass(%(index)s) IS NOT NULL;
+
 -- name: table_columns
 SELECT a.attname::text
 FROM pg_attribute a

@@ -35,7 +35,7 @@ def last_stable_offset(servers: str, topic: str, partition: int) -> int:
         consumer.close()
 
 
-Record = tuple[int, bytes | None, bytes]  # (partition, key, value)
+Record = tuple  # (partition, key, value) or (partition, key, value, headers: [(name, bytes)])
 
 
 def produce_transactions(servers: str, topic: str, transactions: list[tuple[bool, list[Record]]]) -> list[Produced]:
@@ -79,9 +79,9 @@ class OpenTransaction:
 
     def produce(self, records: list[Record]) -> None:
         """The records, sent to the broker (still uncommitted)."""
-        for partition, key, value in records:
+        for partition, key, value, *headers in records:
             self.producer.produce(self.topic, value=value, key=key, partition=partition,
-                                  on_delivery=self._on_delivery)
+                                  headers=headers[0] if headers else None, on_delivery=self._on_delivery)
         self.producer.flush(30)
 
     def end(self, commit: bool) -> list[Produced]:

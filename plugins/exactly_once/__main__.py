@@ -41,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     new = commands.add_parser("new", help="scaffold a pipeline with one append sink")
     new.add_argument("name")
     new.add_argument("--topic", required=True)
-    new.add_argument("--schema", required=True, help="the value's fields: 'name:spark_type,...'")
+    new.add_argument("--schema", help="the value's fields: 'name:spark_type,...' (avro: default the subject's)")
+    new.add_argument("--value-format", choices=("json", "avro"), default="json")
+    new.add_argument("--subject", help="avro: the schema registry subject of the values (its version: --version)")
+    new.add_argument("--version", default="latest", help="avro: the subject's version (default: its latest)")
+    new.add_argument("--schema-registry", default="schema_registry_default",
+                     help="avro: the registry's Airflow connection (default: schema_registry_default)")
     new.add_argument("--table", help="the final table, 'schema.table' (default: NAME)")
     new.add_argument("--dags", type=Path, default=Path("dags"), help="Airflow's DAGs folder (default: dags)")
     new.add_argument("--plugins", type=Path, default=Path("plugins"),
@@ -57,10 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "reprocess":
         return run_reprocess(args.target, args.checkpoint_id)
     if args.command == "new":
-        from exactly_once.operate.scaffold import scaffold
+        from exactly_once.operate.scaffold import avro_source, parse_schema, scaffold
 
         try:
-            written = scaffold(args.name, args.topic, args.schema, args.table, args.dags, args.plugins)
+            if (args.value_format == "avro") != (args.subject is not None) or not (args.schema or args.subject):
+                raise ConfigError("new: give --schema (JSON values), or --value-format avro with --subject")
+            source = avro_source(args.subject, args.version, args.schema_registry) if args.subject else {}
+            if args.schema:
+                source["value_schema"] = parse_schema(args.schema)
+            written = scaffold(args.name, args.topic, source, args.table, args.dags, args.plugins)
         except (ConfigError, FileExistsError) as refused:
             print(refused, file=sys.stderr)
             return 1
@@ -121,8 +131,7 @@ def pipeline_problems(config: PipelineConfig, kafka: KafkaClient | None, connect
     from exactly_once.ledger.kafka_offsets import KafkaOffsets
     from exactly_once.operate import preflight
 
-    registry = connections.schema_registry_problems(config.source.schema_registry) \
-        if config.source.schema_registry else []
+    registry = connections.schema_registry_problems(config.source)
     if kafka is None:
         return [*registry, *preflight.check(config, None, connect)]
     try:

@@ -17,8 +17,10 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from exactly_once.errors import ConfigError
 from exactly_once.formats import format_of
+from exactly_once.formats._avro_types import mismatches
 from exactly_once.registry import Registry
 from exactly_once.sinks import mode_of
+from exactly_once.sinks.upsert import MODE as UPSERT
 from exactly_once.sinks.upsert import by_offset
 from exactly_once.spark_types import check as check_spark_type
 
@@ -36,6 +38,15 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class RegistrySchema(_Frozen):
+    subject: str = Field(min_length=1, description="A subject of the schema registry.")
+    version: PositiveInt = Field(description="Its version: a number, as a version never changes once registered.")
+
+
+ReaderSchema = str | RegistrySchema
+NO_KEY = "none"
+
+
 class Source(_Frozen):
     topics: tuple[str, ...] = Field(min_length=1, description="Kafka topics read by the pipeline.")
     start: Literal["earliest", "latest"] | datetime = Field(
@@ -43,8 +54,11 @@ class Source(_Frozen):
         description="Where a new pipeline starts in each partition: the log start, the last stable "
                     "offset at its first plan, or the first offset at or after a timestamp. "
                     "Partitions added later always start at their earliest offset.")
-    value_format: str = Field("json", description="Encoding of record values, a module of exactly_once.formats.",
-                              json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.formats")))
+    value_format: str = Field(
+        "json", description="Encoding of record values, a module of exactly_once.formats: json (an object in "
+                            "UTF-8), string (UTF-8 text, one string field), avro (the schema registry's wire "
+                            "format, read into value_reader_schema).",
+        json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.formats")))
     schema_registry: str | None = Field(
         None, description="The Airflow connection (type http) of the schema registry whose Confluent-compatible "
                           "API the pipeline's record formats use: its extra holds the API's 'url' and TLS settings in "
@@ -55,6 +69,23 @@ class Source(_Frozen):
                                   "boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), date, "
                                   "timestamp, timestamp_ntz, string, binary, array<T>, map<K,V>, struct<name: T, "
                                   "...> (exactly_once.spark_types).")
+    value_reader_schema: ReaderSchema | None = Field(
+        None, description="avro: the schema every value is read into, whatever schema wrote it (fields added with "
+                          "defaults, removed, widened): an Avro record schema as JSON text, or {subject, version} "
+                          "of the schema registry. Its fields must give value_schema's columns their types.")
+    key_format: str = Field(
+        NO_KEY, description="Encoding of record keys: none (not decoded; kept as bytes in the dead letters), or "
+                            "a format like value_format's; the key's fields become columns beside the value's.",
+        json_schema_extra=lambda schema: schema.update(enum=[NO_KEY, *_names("exactly_once.formats")]))
+    key_schema: dict[Column, str] = Field(
+        {}, description="Fields of the key, like value_schema's (string: one string field). A key and a value "
+                        "field may not share a name.")
+    key_reader_schema: ReaderSchema | None = Field(None, description="avro keys: like value_reader_schema.")
+    tombstones: Literal["dead_letter", "skip", "delete"] = Field(
+        "dead_letter", description="A record with a key and a null value: a dead letter; skipped (no row, no dead "
+                                   "letter); or delete: it deletes its key's row from each upsert sink ordered by "
+                                   "offset (keyed by key fields), ordered like the key's other records, and "
+                                   "makes no row in other sinks.")
 
     @field_validator("value_format")
     @classmethod
@@ -62,12 +93,19 @@ class Source(_Frozen):
         format_of(value_format)
         return value_format
 
-    @field_validator("value_schema", mode="wrap")
+    @field_validator("key_format")
     @classmethod
-    def _types_parse(cls, value_schema: Any, handler: ValidatorFunctionWrapHandler) -> dict[str, str]:
+    def _key_format_known(cls, key_format: str) -> str:
+        if key_format != NO_KEY:
+            format_of(key_format)
+        return key_format
+
+    @field_validator("value_schema", "key_schema", mode="wrap")
+    @classmethod
+    def _types_parse(cls, fields: Any, handler: ValidatorFunctionWrapHandler) -> dict[str, str]:
         """Each type must be one Spark SQL data type: unchecked, `"int, x string"` would add a
-        column to the parsed schema. An error is located at `value_schema.<column>`."""
-        schema = handler(value_schema)
+        column to the parsed schema. An error is located at `<field>.<column>`."""
+        schema = handler(fields)
         errors = []
         for column, spark_type in schema.items():
             try:
@@ -78,6 +116,48 @@ class Source(_Frozen):
         if errors:
             raise ValidationError.from_exception_data(cls.__name__, errors)
         return schema
+
+    @model_validator(mode="after")
+    def _encodings_fit(self) -> Source:
+        for part in ("value", "key"):
+            self._encoding_fits(part)
+        shared = sorted(set(self.key_schema) & set(self.value_schema))
+        if shared:
+            raise ValueError(f"key_schema and value_schema both have {shared}: a column is one or the other")
+        if self.tombstones == "delete" and self.key_format == NO_KEY:
+            raise ValueError("tombstones 'delete' needs the key decoded (key_format): a delete deletes a key's row")
+        return self
+
+    def _encoding_fits(self, part: str) -> None:
+        name, schema, reader = (getattr(self, f"{part}_{a}") for a in ("format", "schema", "reader_schema"))
+        if name == NO_KEY:
+            if schema or reader is not None:
+                raise ValueError("key_schema and key_reader_schema are for a decoded key: set key_format")
+            return
+        if not schema:
+            raise ValueError(f"{part}_format {name!r} needs {part}_schema (the columns it gives)")
+        if name == "string" and list(schema.values()) != ["string"]:
+            raise ValueError(f"{part}_format 'string' gives one string column: {part}_schema must be "
+                             f"{{'<name>': 'string'}}, got {dict(schema)}")
+        registry = getattr(format_of(name), "needs_registry", False)
+        if registry and (self.schema_registry is None or reader is None):
+            raise ValueError(f"{part}_format {name!r} needs schema_registry (the connection) and "
+                             f"{part}_reader_schema (what records are read into)")
+        if not registry and reader is not None:
+            raise ValueError(f"{part}_reader_schema is for registry formats (avro), not {name!r}")
+        if isinstance(reader, str):
+            try:
+                wrong = mismatches(reader, schema)
+            except ValueError as error:
+                wrong = [str(error)]
+            if wrong:
+                raise ValueError(f"{part}_reader_schema does not give {part}_schema's columns: {'; '.join(wrong)}")
+
+    def encoded(self, part: str, registry=None):
+        """The records' `key` or `value` column as its format decodes it (exactly_once.formats.Encoded)."""
+        from exactly_once.formats import Encoded
+
+        return Encoded(part, getattr(self, f"{part}_schema"), getattr(self, f"{part}_reader_schema"), registry)
 
 
 class Sink(_Frozen):
@@ -172,6 +252,24 @@ class PipelineConfig(_Frozen):
                   for i, sink in enumerate(self.sinks) if len(topics) > 1 and by_offset(sink)]
         if errors:
             raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    @model_validator(mode="after")
+    def _tombstones_delete_somewhere(self) -> PipelineConfig:
+        """A delete must be ordered like its key's other records: an upsert sink's order_by
+        value is the value's, which a tombstone has not; and it names its row by the key alone."""
+        if self.source.tombstones != "delete":
+            return self
+        upserts = [sink for sink in self.sinks if sink.strategy is UPSERT]
+        ordered = [sink.name for sink in upserts if not by_offset(sink)]
+        if ordered:
+            raise ValueError(f"tombstones 'delete': upsert sinks {ordered} are ordered by order_by, a value's "
+                             "field, which a tombstone lacks; a delete needs sinks ordered by offset")
+        unkeyed = [sink.name for sink in upserts if not set(sink.keys) <= set(self.source.key_schema)]
+        if unkeyed or not upserts:
+            raise ValueError("tombstones 'delete' deletes rows of upsert sinks keyed by the key's fields "
+                             f"(source.key_schema {sorted(self.source.key_schema)}); "
+                             + (f"sinks {unkeyed} are keyed otherwise" if unkeyed else "the pipeline has none"))
         return self
 
     def sink(self, name: str) -> Sink:

@@ -17,7 +17,9 @@ import psycopg2
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from exactly_once.config import NO_KEY, Source
 from exactly_once.errors import ConfigError
+from exactly_once.formats import format_of
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.problems import Problem
 from exactly_once.schema_registry import URL, SchemaRegistry
@@ -100,15 +102,21 @@ def schema_registry(conn_id: str) -> SchemaRegistry:
     return SchemaRegistry(conn_id, url, (c.login, c.password or "") if c.login else None, extra).validate()
 
 
-def schema_registry_problems(conn_id: str) -> list[Problem]:
-    """The registry connection's problems: undefined, unusable, or refused by the registry."""
+def schema_registry_problems(source: Source) -> list[Problem]:
+    """The problems of the source's registry connection (undefined, unusable, refused by the
+    registry), then of the reader schemas it holds for the source's formats."""
+    conn_id = source.schema_registry
+    if conn_id is None:
+        return []
     if not _defined(conn_id):
         return [Problem(f"connection {conn_id!r}", "is not defined (the pipeline's source.schema_registry; Admin → "
                                                    f"Connections in the UI, or AIRFLOW_CONN_{conn_id.upper()})")]
     try:
-        return schema_registry(conn_id).problems()
+        registry = schema_registry(conn_id)
     except ConfigError as unusable:
         return [Problem(f"connection {conn_id!r}", str(unusable).removeprefix(f"connection {conn_id!r}: "))]
+    return registry.problems() or [problem for part, name in (("value", source.value_format), ("key", source.key_format))
+                                   if name != NO_KEY for problem in format_of(name).problems(source.encoded(part, registry))]
 
 
 def connection_problems(conn_ids: tuple[str, ...] = (PIPELINE_DB, KAFKA, SPARK)) -> list[Problem]:

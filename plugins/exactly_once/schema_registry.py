@@ -19,7 +19,7 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from exactly_once import tls
@@ -51,9 +51,28 @@ class SchemaRegistry:
             tls.client_context(self.connection, self.tls_settings)  # a file or key that cannot be read
         return self
 
-    def get(self, path: str, timeout: float = 10) -> Any:
-        """The JSON the registry answers to GET `path`; urllib's errors as they are."""
-        request = urllib.request.Request(self.url.rstrip("/") + path, headers={"Accept": ACCEPT})
+    def portable(self) -> SchemaRegistry:
+        """This registry with its PEM files' contents inline, for a Spark job that cannot read the task's files."""
+        return replace(self, tls_settings=tls.inline(self.connection, self.tls_settings))
+
+    def secrets(self) -> list[str]:
+        """The values that are secret: the password, the client key and its password."""
+        return [s for s in (self.login[1] if self.login else "", *tls.secrets(self.tls_settings)) if s]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def of_dict(cls, found: Mapping[str, Any]) -> SchemaRegistry:
+        login = found["login"]
+        return cls(found["connection"], found["url"], tuple(login) if login else None, found["tls_settings"])
+
+    def get(self, path: str, timeout: float = 10, body: Any = None) -> Any:
+        """The JSON the registry answers to GET `path` (POST of `body` as JSON, if given);
+        urllib's errors as they are."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url.rstrip("/") + path, data=data, headers={
+            "Accept": ACCEPT, **({} if data is None else {"Content-Type": "application/vnd.schemaregistry.v1+json"})})
         if self.login is not None:
             token = base64.b64encode(":".join(self.login).encode()).decode()
             request.add_header("Authorization", f"Basic {token}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from functools import lru_cache
 
@@ -63,9 +63,11 @@ def _stamps(when: datetime) -> tuple[str, str]:
 
 
 def produce(kafka: str | KafkaClient, n: int, seed: int = 0, topic: str = TOPIC,
-            per_transaction: int = TRANSACTION) -> None:
+            per_transaction: int = TRANSACTION, encoded: Callable[[int, random.Random, datetime], tuple[bytes, bytes]]
+            = order) -> None:
     """Orders in transactions of `per_transaction` (at most 100,000: librdkafka's queue),
-    each transaction's orders stamped with the time it began."""
+    each transaction's orders stamped with the time it began; `encoded(i, rng, when)` makes
+    order i's key and value (JSON here; the format benchmark's Avro)."""
     ensure_topic(kafka, topic)
     rng = random.Random(seed)
     producer = Producer({**client_config(kafka), "linger.ms": 20, "batch.num.messages": 10_000,
@@ -75,7 +77,7 @@ def produce(kafka: str | KafkaClient, n: int, seed: int = 0, topic: str = TOPIC,
         producer.begin_transaction()
         when = datetime.now(timezone.utc)
         for i in range(first, min(n, first + per_transaction)):
-            key, value = order(i, rng, when)
+            key, value = encoded(i, rng, when)
             producer.produce(topic, value, key)
         producer.flush(60)  # on the broker before an abort, or librdkafka drops them unsent
         if (first // per_transaction) % ABORT_EVERY == ABORT_EVERY - 1:

@@ -1,12 +1,13 @@
 -- What upsert and aggregate sinks share (plugins/exactly_once/sinks/_keyed.py): each
--- checkpoint's contribution is kept — per key its newest row, per group its folded
--- measures — in the sink's contributions table, so a reprocessing can take one back and
--- recompute the keys it touches from every checkpoint's latest contribution. {folded} is
--- the mode's fold of the rows its WHERE picks.
+-- checkpoint's contribution is kept — per key its newest row (or tombstone, for an upsert
+-- sink ordered by offset), per group its folded measures — in the sink's contributions
+-- table, so a reprocessing can take one back and recompute the keys it touches from every
+-- checkpoint's latest contribution. {folded} is the mode's fold of the rows its WHERE picks,
+-- with the columns {kept} names (the final table's {columns}, and the mode's marks).
 
 -- name: keep
 -- The staged rows, folded, as the contribution of checkpoint %(slot)s.
-INSERT INTO {contributions} ({columns}, checkpoint_id)
+INSERT INTO {contributions} ({kept}, checkpoint_id)
 SELECT folded.*, %(slot)s FROM ({folded}) AS folded
 
 -- name: forget
@@ -18,11 +19,13 @@ DELETE FROM {contributions} WHERE checkpoint_id = %(slot)s
 
 -- name: recompute
 -- After `keep`: every key the old or the new contribution touches becomes the fold of all
--- contributions; a key none holds any more goes.
+-- contributions (of an upsert sink that takes tombstones: the newest that are rows, and the
+-- keys whose newest is a tombstone are deleted, sql/merge/upsert.sql); a key none holds any
+-- more goes.
 INSERT INTO affected_keys SELECT {keys} FROM {contributions} WHERE checkpoint_id = %(slot)s;
 INSERT INTO {final} AS f ({columns})
-{folded}
+{live}
 ON CONFLICT ({keys}) DO UPDATE SET {take_new};
-DELETE FROM {final} f
+{tombstoned}DELETE FROM {final} f
 WHERE ({keys}) IN (SELECT {keys} FROM affected_keys)
   AND NOT EXISTS (SELECT FROM {contributions} c WHERE {same_keys})

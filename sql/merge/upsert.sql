@@ -2,18 +2,68 @@
 -- is highest in the sink's order (plugins/exactly_once/sinks/upsert.py, where Spark's fold
 -- uses it too): (order_by, kafka_topic, kafka_partition, kafka_offset) with an order_by
 -- column, else (kafka_offset, kafka_partition), which holds while each key lives in one
--- partition of one topic. {newest_first} is it descending; {held} and {new} are it of the
--- final row and of the row merged.
+-- partition of one topic. {newest_first} is it descending; {held}, {new}, {staged} and
+-- {kept} are it of the final row, of the row merged, of a staged row and of a contribution.
+--
+-- A sink ordered by offset takes tombstones too (staged rows with kafka_tombstone true): the
+-- final table holds, per key, the newest record of all committed checkpoints, and no row
+-- when that record is a tombstone. Checkpoints commit in any order, so a deleted key leaves
+-- no row to compare with: its tombstone stays in the contributions table (`keep` in
+-- keyed.sql keeps it with the checkpoint's other newest rows), which is what tells an older
+-- record committed later that it comes too late.
 
 -- name: newest
--- Per key, the newest of {source}'s rows that {where} picks.
+-- Per key, the newest of {source}'s rows that {where} picks (and whether it is a tombstone,
+-- for a sink that takes them: its columns then end with kafka_tombstone).
 SELECT DISTINCT ON ({keys}) {columns}
 FROM {source}
 WHERE {where}
 ORDER BY {keys}, {newest_first}
 
 -- name: merge
+-- A pipeline whose tombstones do not delete, and every sink ordered by order_by: no staged
+-- row is a tombstone (the fold may still carry the kafka_tombstone mark, false).
 INSERT INTO {final} AS f ({columns})
-{newest}
+SELECT {columns} FROM ({newest}) AS n
 ON CONFLICT ({keys}) DO UPDATE SET {take_new}
 WHERE ({held}) < ({new})
+
+-- name: merge_with_tombstones
+-- A sink ordered by offset. The checkpoint's newest row or tombstone per key is kept for
+-- the three statements that read it.
+DROP TABLE IF EXISTS pg_temp.newest_staged;
+CREATE TEMP TABLE newest_staged ON COMMIT DROP AS {newest};
+-- Commits of a pipeline run side by side, and a key a tombstone deletes leaves no row that
+-- a concurrent commit's INSERT of an older record would conflict with, nor is the tombstone
+-- visible to that commit before it commits. So a commit that carries tombstones for this
+-- final table runs alone among those that merge into it; the others still run side by side,
+-- and each statement after the lock sees what the commits before it committed.
+SELECT pg_advisory_xact_lock(hashtextextended({lock}, 0))
+WHERE EXISTS (SELECT FROM newest_staged WHERE kafka_tombstone);
+SELECT pg_advisory_xact_lock_shared(hashtextextended({lock}, 0))
+WHERE NOT EXISTS (SELECT FROM newest_staged WHERE kafka_tombstone);
+-- A tombstone deletes an older row of its key; a newer row stays (that record came later).
+DELETE FROM {final} f
+USING newest_staged n
+WHERE n.kafka_tombstone AND {same_keys} AND ({held}) < ({staged});
+-- A row goes in as without tombstones, unless a checkpoint committed before holds a newer
+-- tombstone of its key: then the key stays deleted.
+INSERT INTO {final} AS f ({columns})
+SELECT {columns} FROM newest_staged n
+WHERE NOT n.kafka_tombstone
+  AND NOT EXISTS (SELECT FROM {contributions} c
+                  WHERE {tombstone_of_key} AND c.kafka_tombstone AND ({kept}) > ({staged}))
+ON CONFLICT ({keys}) DO UPDATE SET {take_new}
+WHERE ({held}) < ({new})
+
+-- name: live
+-- A reprocessing's recompute (keyed.sql): the newest contributions that are rows; a key whose
+-- newest is a tombstone gets none, and `tombstoned` deletes it.
+SELECT {columns} FROM ({newest}) AS n WHERE NOT n.kafka_tombstone
+
+-- name: tombstoned
+-- Of a reprocessing's recompute (keyed.sql), before its last DELETE: the keys it touched
+-- whose newest contribution is a tombstone have no row.
+DELETE FROM {final} f
+WHERE ({keys}) IN (SELECT {keys} FROM affected_keys)
+  AND (SELECT c.kafka_tombstone FROM {contributions} c WHERE {same_keys} ORDER BY {newest_first} LIMIT 1)

@@ -4,6 +4,7 @@ already has."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -41,3 +42,29 @@ def test_a_scaffolded_pipeline_passes_the_preflight_once_its_table_exists(ledger
     assert again.returncode == 1 and again.stderr.startswith(f"not overwriting plugins/{name}/__init__.py, ")
     taken = cli("new", "json", "--topic", topic, "--schema", "id:string", cwd=tmp_path)
     assert taken.returncode == 1 and "Python already has a module of that name" in taken.stderr
+
+
+def test_an_avro_topic_is_scaffolded_from_its_registry_subject_and_passes_the_preflight(ledger_db, topic,
+                                                                                      tmp_path):
+    from confluent_kafka.schema_registry import Schema
+
+    from tests.spark.avro_orders import READER, registry_client
+
+    name, subject = f"new_{uuid.uuid4().hex[:8]}", f"{topic}-value"
+    registry_client().register_schema(subject, Schema(json.dumps(READER), "AVRO"))
+    execute(ledger_db, f"CREATE SCHEMA {name}")
+    new = cli("new", name, "--topic", topic, "--value-format", "avro", "--subject", subject,
+              "--table", f"{name}.orders", cwd=tmp_path)
+    assert new.returncode == 0, new.stderr
+    written = (tmp_path / "plugins" / name / "pipeline.py").read_text()
+    assert "'value_format': 'avro'" in written and f"'value_reader_schema': {{'subject': '{subject}'" in written
+    assert "'value_schema': {'id': 'string', 'n': 'bigint', 'note': 'string'}" in written
+
+    execute(ledger_db, (tmp_path / "plugins" / name / "tables.sql").read_text())
+    ready = cli("check", f"dags/{name}.py", cwd=tmp_path)
+    assert (ready.returncode, ready.stdout) == (0, f"pipeline {name!r}: ready\n"), ready.stderr
+    unknown = cli("new", f"{name}_x", "--topic", topic, "--value-format", "avro", "--subject", "no-such-subject",
+                  cwd=tmp_path)
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("--subject: the schema registry ('schema_registry_default') answers HTTP 404 "
+                                     "for subject 'no-such-subject' version latest")

@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from exactly_once.errors import ConfigError
 from exactly_once.kafka_client import KafkaClient
+from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.settings import JobSettings
 
 SASL = {"bootstrap.servers": "b1:9093,b2:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
@@ -133,3 +134,15 @@ def test_the_jobs_environment_holds_no_airflow_variable_and_no_secret_of_its_set
             "PIPELINE_DB_URL": "postgresql://u:db/secret@h/db", "MY_SASL": SASL["sasl.password"], "MY_KEY": key}
     assert settings.job_environment(task) == {"PATH": "/usr/bin", "JAVA_HOME": "/jdk", "SPARK_CONF_DIR": "/conf",
                                               "PYTHONPATH": "/plugins"}
+
+
+def test_the_registrys_password_and_key_reach_the_job_in_its_settings_file_only():
+    key = pem_key(ec.generate_private_key(ec.SECP256R1()))
+    registry = SchemaRegistry("registry", "https://r:8081/apis/ccompat/v7", ("pipeline", "registry-secret"),
+                              {"ssl.ca.pem": CERTIFICATE, "ssl.certificate.pem": CERTIFICATE, "ssl.key.pem": key})
+    settings = JobSettings("postgresql://u:p@h/db", KafkaClient.at("b:9092"), registry)
+    task = {"PATH": "/usr/bin", "MY_REGISTRY": "user:registry-secret", "MY_KEY": key}
+    assert settings.job_environment(task) == {"PATH": "/usr/bin"}
+    with settings.written() as file:
+        assert "registry-secret" not in repr(settings) and stat.S_IMODE(file.stat().st_mode) == 0o600
+        assert JobSettings.take(file).schema_registry == registry

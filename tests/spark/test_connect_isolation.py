@@ -9,7 +9,6 @@ are still not narrowed."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from contextlib import closing
 from functools import partial
@@ -26,26 +25,9 @@ from exactly_once.spark.runners import ConnectRunner, job_runner
 from exactly_once.spark.settings import JobSettings
 from exactly_once.spark.staging import ask_again
 from exactly_once.sqlstates import record_failure
-from exactly_once_stack import spark_cluster
-from exactly_once_stack.settings import spark_connection
+from tests.spark.conftest import CONNECTION
 from tests.spark.poison import Orders, valid_orders
 from tests.spark.test_poison import POISON
-
-CONNECTION = "spark_connect_isolation"
-
-
-@pytest.fixture(scope="module")
-def connect_server(stack_env) -> dict:
-    """The local stack's Spark Connect server as an Airflow connection; started if none
-    runs, and then stopped (by PID) at the end. A Connect session leaves this process in
-    Connect mode (pyspark sets SPARK_CONNECT_MODE_ENABLED and never unsets it for a remote
-    server): the environment is put back, so later tests get local sessions again."""
-    saved = dict(os.environ)
-    started = spark_cluster.start("connect")
-    yield spark_connection("connect")
-    spark_cluster.stop_named(started)
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 @pytest.fixture

@@ -80,7 +80,7 @@ def test_staging_equals_the_oracle_for_every_sink_mode_and_names_each_bad_record
     found = staged(pipeline, checkpoint.id)
     assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(pipeline, records, token)
     reasons = {b"{not json": "value is not valid JSON",
-               b'{"id": "o9", "k": "fig", "n": "nine"}': "does not fit the schema: n: missing or not bigint"}
+               b'{"id": "o9", "k": "fig", "n": "nine"}': "value does not fit the schema: n: missing or not bigint"}
     assert found["dead_letters"] == {(r.topic, r.partition, r.offset, r.key, r.value, reasons[r.value], token)
                                      for r in records if r.value in reasons}
     assert len(found["dead_letters"]) == 2

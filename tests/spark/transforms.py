@@ -25,3 +25,10 @@ def refuses_one_order(rows: DataFrame) -> DataFrame:
         return order_id
 
     return rows.withColumns({"id": priced("id"), "quantity": F.col("qty")})
+
+
+def header_source(rows: DataFrame) -> DataFrame:
+    """The Avro pipeline's transform (tests/spark/avro_orders.py): `source`, the text of the
+    record's `source` header (null without one), read from the headers column."""
+    source = F.filter("kafka_headers", lambda header: header["key"] == "source")
+    return rows.withColumn("source", F.get(source, 0)["value"].cast("string"))

@@ -1,27 +1,46 @@
-"""Value formats: how a record's value bytes become the schema's columns. One module
-per format, found by name (a source's `value_format` is the module's name here), each
-with a `FORMAT` object. A new format (Avro, CSV) is a new module; the job does not change.
+"""Record formats: how a record's key or value bytes become the schema's columns. One module
+per format, found by name (a source's `value_format` and `key_format` are the module's name
+here), each with a `FORMAT` object. A new format (CSV, say) is a new module; the job does not change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from exactly_once.registry import Registry
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+
+    from exactly_once.problems import Problem
+    from exactly_once.schema_registry import SchemaRegistry
 
 
-class ValueFormat(Protocol):
-    def parse(self, records: DataFrame, schema: Mapping[str, str]) -> DataFrame:
-        """The records with two columns added: `parsed`, a struct of the schema's fields,
-        and `reason`, null when the value fits and otherwise why not (it names the field)."""
+@dataclass(frozen=True)
+class Encoded:
+    """One encoded column of the records (`key` or `value`) and what reads it."""
+
+    column: str                          # the records' column: key or value
+    schema: Mapping[str, str]            # the fields it becomes: column name -> Spark SQL type
+    reader: object = None                # a registry format's reader schema (config.ReaderSchema)
+    registry: SchemaRegistry | None = None
 
 
-_REGISTRY = Registry(__name__, "FORMAT", "value format")
+class RecordFormat(Protocol):
+    def decode(self, records: DataFrame, encoded: Encoded) -> tuple[Column, Column]:
+        """(fields, reason) of each record: a struct of the schema's fields, and null when
+        the column holds them, otherwise why not (naming the field, or the column). Never
+        called for a null column: the caller says why a null is what it is."""
+
+    def problems(self, encoded: Encoded) -> list[Problem]:
+        """What keeps the format from reading the column, known before any record is read
+        (for the preflight): none for formats without a registry."""
 
 
-def format_of(name: str) -> ValueFormat:
+_REGISTRY = Registry(__name__, "FORMAT", "record format")
+
+
+def format_of(name: str) -> RecordFormat:
     return _REGISTRY.get(name)

@@ -10,11 +10,17 @@ default for the rows already there), lost, or whose type or NOT NULL changed. Ro
 there stay, a pre-committed checkpoint's among them; where they refuse a change (a narrower
 type, NOT NULL where one has no value), the column stays as it is for now: the commit then
 refuses those rows as the final table does, and the checkpoint runs again.
+
+An upsert sink's staging and contributions tables also have `kafka_tombstone` (its rows'
+mark, `upsert.ledger_marks`), added to the tables of a sink registered before it was; where
+the sink takes tombstones, its staging table lets in nulls in the columns a tombstone leaves
+empty (`upsert.tombstone_nulls`), and its contributions table has an index of them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import psycopg2
@@ -26,8 +32,9 @@ from exactly_once.config import PipelineConfig, Sink
 from exactly_once.errors import Permanent
 from exactly_once.ledger.rows import LedgerRows, Q
 from exactly_once.ledger.tables import (LEDGER_SCHEMA, contributions_indexes, contributions_table, earlier_tables,
-                                        final_table, staging_index, staging_table)
+                                        final_table, staging_index, staging_table, tombstones_index)
 from exactly_once.problems import Problem
+from exactly_once.sinks.upsert import ledger_marks, tombstone_nulls
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +69,44 @@ def register(rows: LedgerRows) -> None:
         if not _ready(rows, "staging_ready", table=staging, index=staging_index(config, sink)):
             rows.cur.execute(sql.SQL(Q["create_staging"]).format(
                 staging=staging, final=final_table(sink), staging_index=staging_index(config, sink)))
-        _follow(rows, staging, final, final_columns, STAGING_OWN, nullability=True)
+        marks = ledger_marks(sink)
+        _add_marks(rows, staging, marks)
+        _follow(rows, staging, final, final_columns, (*STAGING_OWN, *marks), nullability=True,
+                nullable=tombstone_nulls(sink, final_columns))
         kept = sink.strategy.contribution_columns(sink, final_columns)
         if kept is not None:
             _move_from_earlier_table(rows, earlier_contributions, contributions_table(config, sink))
-            _create_contributions(rows, sink, kept, final)
+            _create_contributions(rows, sink, kept, final, marks)
 
 
-def _create_contributions(rows: LedgerRows, sink: Sink, columns: list[str], final: dict[str, Shape]) -> None:
-    """The sink's contributions table, shaped like the final table's `columns`. It keeps no
-    NOT NULL: it holds what was merged, which the final table checked."""
+def _create_contributions(rows: LedgerRows, sink: Sink, columns: list[str], final: dict[str, Shape],
+                          marks: tuple[str, ...]) -> None:
+    """The sink's contributions table, shaped like the final table's `columns`, and its
+    `marks`. It keeps no NOT NULL: it holds what was merged, which the final table checked."""
     table = contributions_table(rows.config, sink)
     by_checkpoint, by_keys = contributions_indexes(rows.config, sink)
+    keys = sql.SQL(", ").join(map(sql.Identifier, sink.keys))
     if not _ready(rows, "contributions_ready", table=table, by_checkpoint=by_checkpoint, by_keys=by_keys):
         rows.cur.execute(sql.SQL(Q["create_contributions"]).format(
             contributions=table, final=final_table(sink), columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
-            by_checkpoint=by_checkpoint, by_keys=by_keys, keys=sql.SQL(", ").join(map(sql.Identifier, sink.keys))))
-    _follow(rows, table, final, columns, CONTRIBUTIONS_OWN, nullability=False)
+            by_checkpoint=by_checkpoint, by_keys=by_keys, keys=keys))
+    _add_marks(rows, table, marks)
+    _follow(rows, table, final, columns, (*CONTRIBUTIONS_OWN, *marks), nullability=False)
+    if marks and not _ready(rows, "index_ready", index=tombstones_index(rows.config, sink)):
+        rows.cur.execute(sql.SQL(Q["create_tombstones_index"]).format(
+            contributions=table, index=tombstones_index(rows.config, sink), keys=keys))
+
+
+def _add_marks(rows: LedgerRows, table: sql.Identifier, marks: tuple[str, ...]) -> None:
+    """The marks the ledger table lacks (every mark is kafka_tombstone, so far), false for the
+    rows already there, and their default where it went (a table copied without defaults:
+    `create_like_earlier_table`)."""
+    current = column_shapes(rows, table)
+    for mark in marks:
+        if mark not in current:
+            rows.cur.execute(sql.SQL(Q["add_tombstone_mark"]).format(table=table, column=sql.Identifier(mark)))
+        elif current[mark].default is None:
+            rows.cur.execute(sql.SQL(Q["tombstone_mark_default"]).format(table=table, column=sql.Identifier(mark)))
 
 
 def _ready(rows: LedgerRows, question: str, **relations: sql.Identifier) -> bool:
@@ -115,9 +143,10 @@ def column_shapes(rows: LedgerRows, table: sql.Identifier) -> dict[str, Shape]:
 
 
 def _follow(rows: LedgerRows, table: sql.Identifier, final: dict[str, Shape], columns: list[str],
-            own: tuple[str, ...], nullability: bool) -> None:
+            own: tuple[str, ...], nullability: bool, nullable: AbstractSet[str] = frozenset()) -> None:
     """Alters the ledger table where its columns differ from the final table's `columns`
-    (and, with `nullability`, their NOT NULL); its `own` columns stay."""
+    (and, with `nullability`, their NOT NULL, but for the `nullable` ones, which take nulls
+    whatever the final table's); its `own` columns stay."""
     current = column_shapes(rows, table)
 
     def alter(statement: str, column: str, **parts: sql.Composable) -> sql.Composed:
@@ -133,8 +162,9 @@ def _follow(rows: LedgerRows, table: sql.Identifier, final: dict[str, Shape], co
             found = Shape(wanted.type, False, None)
         if found.type != wanted.type:
             _unless_rows_refuse(rows, alter("follow_type", column, type=sql.SQL(wanted.type)), table, column)
-        if nullability and found.not_null != wanted.not_null:
-            change = sql.SQL("SET" if wanted.not_null else "DROP")
+        not_null = wanted.not_null and column not in nullable
+        if nullability and found.not_null != not_null:
+            change = sql.SQL("SET" if not_null else "DROP")
             _unless_rows_refuse(rows, alter("follow_nullability", column, change=change), table, column)
 
 

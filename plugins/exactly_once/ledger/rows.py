@@ -248,7 +248,7 @@ class LedgerRows:
 
     def sink_tables(self, sink: Sink) -> SinkTables:
         return SinkTables(final_table(sink), self.staging[sink.name], contributions_table(self.config, sink),
-                          self.columns(final_table(sink)))
+                          self.columns(final_table(sink)), self.config.source.tombstones == "delete")
 
     def promotion(self, sink: Sink, reprocessing: bool) -> list[sql.Composed]:
         """The statements that merge the sink's staged rows of %(checkpoint_id)s/%(attempt)s

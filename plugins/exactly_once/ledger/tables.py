@@ -79,6 +79,13 @@ def contributions_indexes(config: PipelineConfig, sink: Sink) -> tuple[sql.Ident
     return sql.Identifier(name + _INDEX_SUFFIX), sql.Identifier(name + "_keys")
 
 
+def tombstones_index(config: PipelineConfig, sink: Sink) -> sql.Identifier:
+    """The index of an upsert sink's contributions that are tombstones, by the sink's keys:
+    what a merge looks up for each key it puts a row in (sql/merge/upsert.sql). Partial, so a
+    key's lookup reads its tombstones only, not every checkpoint's row of it."""
+    return sql.Identifier(staging_name(config.name, sink.name, "ctb") + "_tomb")
+
+
 def staging_tables(config: PipelineConfig) -> dict[str, sql.Identifier]:
     """Every staging table a checkpoint of the pipeline writes, by sink name, dead letters last."""
     return {**{s.name: staging_table(config, s.name) for s in config.sinks},

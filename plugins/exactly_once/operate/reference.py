@@ -25,7 +25,8 @@ def markdown() -> str:
     definitions = schema.get("$defs", {})
     sections = [("Pipeline", "", schema)]
     sections += [(f"`{prefix.rstrip('.')}`", prefix, definitions[name])
-                 for prefix, name in (("source.", "Source"), ("sinks[].", "Sink"))]
+                 for prefix, name in (("source.", "Source"), ("sinks[].", "Sink"),
+                                      ("source.*_reader_schema.", "RegistrySchema"))]
     parts = [HEADER]
     for title, prefix, model in sections:
         parts.append(f"\n## {title}\n\n| field | type | default | valid values | description |\n"

@@ -1,7 +1,9 @@
 """`python -m exactly_once new`: a first pipeline of one append sink, as three files to edit —
 its configuration module (PLUGINS/NAME/pipeline.py), its DAG (DAGS/NAME.py, one checkpoint per
 10-minute interval) and its final table's DDL (PLUGINS/NAME/tables.sql). They pass the
-preflight once the topic exists and the DDL has run."""
+preflight once the topic exists and the DDL has run. The value's fields are given
+(`--schema`), or read from a schema registry subject's Avro schema (`--value-format avro
+--subject`), which becomes the pipeline's reader schema."""
 
 from __future__ import annotations
 
@@ -10,13 +12,17 @@ import keyword
 import pprint
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
+from urllib.error import HTTPError
+from urllib.parse import quote
 
 from exactly_once import ddl
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.errors import ConfigError
+from exactly_once.formats._avro_types import record_fields
 
 PIPELINE = '''\
-"""The pipeline `{name}`: JSON records of the Kafka topic `{topic}`,
+"""The pipeline `{name}`: {value_format} records of the Kafka topic `{topic}`,
 a row per record in the table `{table}`. Written by `python -m exactly_once new`;
 the configuration reference is docs/configuration.md."""
 
@@ -73,8 +79,27 @@ def parse_schema(text: str) -> dict[str, str]:
     return schema
 
 
-def pipeline_config(name: str, topic: str, schema: str, table: str | None) -> PipelineConfig:
-    config = load_config({"name": name, "source": {"topics": [topic], "value_schema": parse_schema(schema)},
+def avro_source(subject: str, version: str, connection: str) -> dict[str, Any]:
+    """The source fields of a topic whose Avro values a registry subject describes: the
+    subject's version (`latest` made its number) as the reader schema, its fields as the columns."""
+    from exactly_once import connections
+
+    try:
+        found = connections.schema_registry(connection).get(f"/subjects/{quote(subject, safe='')}/versions/{version}")
+        columns = record_fields(found["schema"])
+    except HTTPError as refused:
+        raise ConfigError(f"--subject: the schema registry ({connection!r}) answers HTTP {refused.code} for "
+                          f"subject {subject!r} version {version}") from None
+    except OSError as failed:
+        raise ConfigError(f"--subject: the schema registry ({connection!r}) does not answer: {failed}") from None
+    except ValueError as unreadable:
+        raise ConfigError(f"--subject: {subject!r} version {version}: {unreadable}") from None
+    return {"schema_registry": connection, "value_format": "avro",
+            "value_reader_schema": {"subject": subject, "version": found["version"]}, "value_schema": columns}
+
+
+def pipeline_config(name: str, topic: str, source: dict[str, Any], table: str | None) -> PipelineConfig:
+    config = load_config({"name": name, "source": {"topics": [topic], **source},
                           "sinks": [{"name": name, "table": table or name, "mode": "append"}]})
     unwritable = {c: t for c, t in config.source.value_schema.items() if ddl.column_type(t) is None}
     if unwritable:
@@ -83,14 +108,17 @@ def pipeline_config(name: str, topic: str, schema: str, table: str | None) -> Pi
     return config
 
 
-def scaffold(name: str, topic: str, schema: str, table: str | None, dags: Path, plugins: Path) -> list[Path]:
-    """Writes the three files, none over an existing one; returns their paths."""
-    config = pipeline_config(name, topic, schema, table)
-    as_written = config.model_dump(mode="json", include={"name": True, "source": {"topics", "value_schema"}})
-    as_written["sinks"] = [config.sinks[0].model_dump(include={"name", "table", "mode"})]
+def scaffold(name: str, topic: str, source: dict[str, Any], table: str | None, dags: Path, plugins: Path
+             ) -> list[Path]:
+    """Writes the three files, none over an existing one; returns their paths. `source` holds
+    the value's fields (`parse_schema`) and, for Avro, the rest of `avro_source`."""
+    config = pipeline_config(name, topic, source, table)
+    as_written = {"name": name, "source": {"topics": [topic], **source},
+                  "sinks": [config.sinks[0].model_dump(include={"name", "table", "mode"})]}
     files = {
         plugins / name / "__init__.py": "",
         plugins / name / "pipeline.py": PIPELINE.format(name=name, topic=topic, table=config.sinks[0].table,
+                                                        value_format=config.source.value_format.upper(),
                                                         config=pprint.pformat(as_written, sort_dicts=False)),
         plugins / name / "tables.sql": f"-- The final table of the pipeline `{name}`.\n"
                                        + ddl.create_table(config, config.sinks[0]) + "\n",

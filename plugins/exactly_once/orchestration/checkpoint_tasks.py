@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once.config import PipelineConfig
 from exactly_once.connections import (KAFKA, PIPELINE_DB, SPARK, connection_problems, connector, kafka_client,
-                                      pipeline_db_location, pipeline_db_url, schema_registry_problems)
+                                      pipeline_db_location, schema_registry_problems)
 from exactly_once.errors import ConfigError
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import Reach
@@ -29,8 +29,7 @@ from exactly_once.operate import overview
 from exactly_once.orchestration import lineage, tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.problems import PreflightFailed
-from exactly_once.spark.runners import job_runner
-from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.runners import job_runner, job_settings
 
 
 def ledger(config: PipelineConfig, conn_id: str = PIPELINE_DB) -> Ledger:
@@ -70,7 +69,7 @@ class IncrementOperator(BaseOperator):
         checkpoint_id = context["ti"].xcom_pull(task_ids="begin_checkpoint")
         with airflow_outcome():
             self.runner = job_runner(self.conn_id, f"{self.config.name} increment", self.config,
-                                     JobSettings(pipeline_db_url(), kafka_client()))
+                                     job_settings(self.config))
             tasks.run_increment(ledger(self.config), checkpoint_id, self.runner)
 
     def on_kill(self) -> None:
@@ -122,8 +121,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
     def begin_checkpoint(**context) -> int | None:
         with airflow_outcome():
             problems = connection_problems((PIPELINE_DB, KAFKA, spark_conn_id))
-            if config.source.schema_registry:
-                problems += schema_registry_problems(config.source.schema_registry)
+            problems += schema_registry_problems(config.source)
             if problems:
                 raise PreflightFailed(config.name, problems)
             with KafkaOffsets(kafka_client()) as kafka:

@@ -18,8 +18,7 @@ from exactly_once.ledger import replays
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.rows import pipeline_of
 from exactly_once.orchestration import tasks
-from exactly_once.spark.runners import job_runner
-from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.runners import job_runner, job_settings
 
 
 def reprocess(configs: list[PipelineConfig], checkpoint_id: int) -> int:
@@ -36,7 +35,7 @@ def reprocess(configs: list[PipelineConfig], checkpoint_id: int) -> int:
     requested_by = f"cli {getpass.getuser()} {datetime.now(timezone.utc).isoformat(timespec='seconds')}"
     runner = connections.for_command_line(lambda: job_runner(  # the connections first: nothing begun if unusable
         connections.SPARK, f"{config.name} reprocess", config,
-        JobSettings(connections.pipeline_db_url(), connections.kafka_client())))
+        job_settings(config)))
     try:
         reprocessing = tasks.reprocess_checkpoint(ledger, checkpoint_id, requested_by).checkpoint.id
         tasks.run_increment(ledger, reprocessing, runner)

@@ -31,12 +31,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SinkTables:
-    """A sink's tables as its statements name them, and the final table's columns in table order."""
+    """A sink's tables as its statements name them, and the final table's columns in table order;
+    whether its pipeline's tombstones delete (`source.tombstones`), which only an upsert sink
+    ordered by offset reads: a merge that keeps deleted keys deleted costs more."""
 
     final: sql.Identifier
     staging: sql.Identifier
     contributions: sql.Identifier
     columns: Sequence[str]
+    deletes: bool = False
 
 
 class SinkMode(Protocol):

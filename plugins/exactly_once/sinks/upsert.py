@@ -11,6 +11,15 @@ reprocessing's recompute) and the merge into the final table (`merge`):
   holds while each key lives in one partition of one topic: several topics are refused when
   the configuration loads (exactly_once.config), and a planner refuses partitions added to a
   topic already read (`ambiguous_partitions`).
+
+A sink ordered by offset also takes tombstones (a key's record without a value, staged as a
+row with `kafka_tombstone` true, its key and coordinates set and nothing else): a tombstone
+is the key's record like any other, and when it is the newest of its key, the key has no
+row. So the final table holds, per key, the newest record of every committed checkpoint if
+that is no tombstone, and nothing if it is. Every checkpoint's tombstones are kept among its
+contributions, which is how a merge knows that an older record must not bring a deleted key
+back (sql/merge/upsert.sql). An order_by sink has no tombstones (a tombstone has no order_by
+value: the configuration refuses them); its staged rows all say false.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from typing import TYPE_CHECKING
 from psycopg2 import sql
 
 from exactly_once.errors import ConfigError
-from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOMBSTONE, KAFKA_TOPIC
 from exactly_once.sinks import each, names, require_columns
 from exactly_once.sinks._keyed import Keyed
 from exactly_once.sqlfiles import named
@@ -59,9 +68,16 @@ class Upsert(Keyed):
         from pyspark.sql import functions as F
 
         require_columns(rows, sink, [*columns, *order(sink)])
+        # Tombstones are rows of their own (the frame's kafka_tombstone column; none without
+        # it): the newest of a key's rows and tombstones is staged, marked.
+        tombstone = F.coalesce(F.col(KAFKA_TOMBSTONE), F.lit(False)) if KAFKA_TOMBSTONE in rows.columns \
+            else F.lit(False)
         # An aggregate, not a window: each task keeps its newest row per key before the shuffle.
-        newest = F.max_by(F.struct(*columns), F.struct(*_spark_order(rows, sink)))
+        newest = F.max_by(F.struct(*columns, tombstone.alias(KAFKA_TOMBSTONE)), F.struct(*_spark_order(rows, sink)))
         return rows.groupBy(*sink.keys).agg(newest.alias("_newest")).select("_newest.*")
+
+    def marks(self, sink) -> list[str]:
+        return [KAFKA_TOMBSTONE] if by_offset(sink) else []
 
     def folded(self, sink, source, where, columns) -> sql.Composed:
         return sql.SQL(named("merge/upsert.sql")["newest"]).format(
@@ -69,13 +85,54 @@ class Upsert(Keyed):
             newest_first=sql.SQL(", ").join(c + sql.SQL(" DESC") for c in _compared(sink)))
 
     def merge(self, sink, tables, folded) -> sql.Composed:
-        return sql.SQL(named("merge/upsert.sql")["merge"]).format(
-            final=tables.final, newest=folded, columns=names(tables.columns), keys=names(sink.keys),
+        """`folded` carries kafka_tombstone where the sink takes tombstones (`marks`); only a
+        pipeline whose tombstones delete pays for the merge that keeps deleted keys deleted."""
+        statement = "merge_with_tombstones" if by_offset(sink) and tables.deletes else "merge"
+        return sql.SQL(named("merge/upsert.sql")[statement]).format(
+            final=tables.final, contributions=tables.contributions, newest=folded, columns=names(tables.columns),
+            keys=names(sink.keys),
             take_new=each("{c} = EXCLUDED.{c}", [c for c in tables.columns if c not in sink.keys]),
-            held=sql.SQL(", ").join(_compared(sink, "f.")), new=sql.SQL(", ").join(_compared(sink, "EXCLUDED.")))
+            held=sql.SQL(", ").join(_compared(sink, "f.")), new=sql.SQL(", ").join(_compared(sink, "EXCLUDED.")),
+            staged=sql.SQL(", ").join(_compared(sink, "n.")), kept=sql.SQL(", ").join(_compared(sink, "c.")),
+            same_keys=_same_keys(sink, "f", "n"), tombstone_of_key=_same_keys(sink, "c", "n"),
+            lock=sql.Literal("exactly_once:tombstones:" + ".".join(tables.final.strings)))
+
+    def live(self, sink, folded, columns) -> sql.Composed:
+        if not by_offset(sink):
+            return super().live(sink, folded, columns)
+        return sql.SQL(named("merge/upsert.sql")["live"]).format(newest=folded, columns=names(columns))
+
+    def tombstoned(self, sink, tables) -> sql.Composable:
+        if not by_offset(sink):
+            return super().tombstoned(sink, tables)
+        return sql.SQL(named("merge/upsert.sql")["tombstoned"] + ";\n").format(
+            final=tables.final, contributions=tables.contributions, keys=names(sink.keys),
+            same_keys=_same_keys(sink, "c", "f"),
+            newest_first=sql.SQL(", ").join(c + sql.SQL(" DESC") for c in _compared(sink, "c.")))
 
 
 MODE = Upsert()
+
+
+def ledger_marks(sink) -> tuple[str, ...]:
+    """The columns an upsert sink's staging and contributions tables have besides its final
+    table's (registration adds them): kafka_tombstone, false unless a tombstone's row."""
+    return (KAFKA_TOMBSTONE,) if sink.strategy is MODE else ()
+
+
+def tombstone_nulls(sink, columns) -> set[str]:
+    """Of the final table's `columns`, those a tombstone's staged row leaves null (all but its
+    key and coordinates): the sink's staging table takes nulls there, whatever the final table's
+    NOT NULL (a tombstone never reaches it; the row checks refuse a row's null before staging)."""
+    if not by_offset(sink):
+        return set()
+    return set(columns) - {*sink.keys, *COORDINATES, KAFKA_TIMESTAMP}
+
+
+def _same_keys(sink, left: str, right: str) -> sql.Composed:
+    """The key columns of the rows `left` and `right` (table aliases) equal."""
+    return sql.SQL(" AND ").join(sql.SQL(f"{left}.{{k}} = {right}.{{k}}").format(k=sql.Identifier(k))
+                                 for k in sink.keys)
 
 
 def order(sink) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""The Spark frames of one attempt, from its records: parsed (by the value format),
+"""The Spark frames of one attempt, from its records: parsed (by the key's and value's formats),
 transformed, checked against each sink table's catalog (exactly_once.spark.row_checks), and
 each sink's staging rows (by its mode) beside the dead letters.
 
@@ -18,18 +18,21 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from exactly_once.catalog import ColumnType
-from exactly_once.config import PipelineConfig
+from exactly_once.config import NO_KEY, PipelineConfig
 from exactly_once.formats import format_of
-from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
+from exactly_once.kafka_columns import (KAFKA_HEADERS, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOMBSTONE,
+                                        KAFKA_TOPIC)
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.tables import DEAD_LETTERS
+from exactly_once.schema_registry import SchemaRegistry
+from exactly_once.sinks.upsert import by_offset
 from exactly_once.spark.row_checks import first_refusal, refusals
 from exactly_once.spark.transforms import load_transform
 
 COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
 _REFUSED = "_refused_because"
 _SET_ASIDE = "_set_aside"
-_TOO_LARGE, _RAW = "_too_large", "_raw_value"
+_TOO_LARGE, _RAW, _RAW_KEY, _TOMBSTONE = "_too_large", "_raw_value", "_raw_key", "_tombstone"
 SetAside = Sequence[tuple[OffsetRange, str]]  # offsets whose records go to the dead letters, and why
 
 
@@ -42,23 +45,35 @@ def in_ranges(ranges: Sequence[OffsetRange]) -> Column:
     return inside
 
 
-def parse(records: DataFrame, config: PipelineConfig) -> DataFrame:
-    """The records with `parsed` (the value by the schema) and `reason` (null when it fits);
-    none set aside yet. A record larger than `max_record_bytes` is not parsed: its reason
-    says its size."""
-    value_format, schema = format_of(config.source.value_format), config.source.value_schema
-    limit = config.max_record_bytes
-    if limit is None:
-        return value_format.parse(records, schema).withColumn(_SET_ASIDE, F.lit(False))
+def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry | None = None) -> DataFrame:
+    """The records with `parsed` (the value's fields by its format), `parsed_key` (the key's,
+    when the key is decoded), `_tombstone` (a key with a null value, kept when the source's
+    `tombstones` say so) and `reason` (null when the record fits); none set aside yet. A
+    record larger than `max_record_bytes` is not decoded: its reason says its size."""
+    source, limit = config.source, config.max_record_bytes
     size = F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0))
-    too_large = F.when(size > limit, F.format_string(f"record of %d bytes (key and value) is larger than "
-                                                     f"max_record_bytes {limit}", size))
-    unparsed = records.withColumns({_TOO_LARGE: too_large, _RAW: F.col("value")})
-    parsed = value_format.parse(unparsed.withColumn("value", F.when(F.col(_TOO_LARGE).isNull(), F.col("value"))),
-                                schema)
-    return (parsed.withColumns({"value": F.col(_RAW), "reason": F.coalesce(_TOO_LARGE, "reason"),
-                                _SET_ASIDE: F.lit(False)})
-            .drop(_TOO_LARGE, _RAW))
+    too_large = F.lit(None).cast("string") if limit is None else F.when(size > limit, F.format_string(
+        f"record of %d bytes (key and value) is larger than max_record_bytes {limit}", size))
+    raw = records.withColumns({_TOO_LARGE: too_large, _RAW_KEY: F.col("key"), _RAW: F.col("value")})
+    small = F.col(_TOO_LARGE).isNull()
+    shown = raw.withColumns({"key": F.when(small, F.col("key")), "value": F.when(small, F.col("value"))})
+
+    null_value = F.col(_RAW).isNull()
+    tombstone = null_value & F.col(_RAW_KEY).isNotNull()
+    kept = source.tombstones != "dead_letter"
+    value_fields, value_reason = format_of(source.value_format).decode(shown, source.encoded("value", registry))
+    decoded = {"parsed": value_fields}
+    reasons = [F.col(_TOO_LARGE)]
+    if source.key_format != NO_KEY:
+        key_fields, key_reason = format_of(source.key_format).decode(shown, source.encoded("key", registry))
+        decoded["parsed_key"] = key_fields
+        reasons.append(F.when(F.col(_RAW_KEY).isNull(), F.lit("key is null")).otherwise(key_reason))
+    reasons.append(F.when(tombstone, F.lit(None if kept else "value is null (a tombstone: source.tombstones is "
+                                                             "dead_letter)").cast("string"))
+                   .when(null_value, F.lit("value is null")).otherwise(value_reason))
+    return (shown.withColumns({**decoded, "reason": F.coalesce(*reasons), _TOMBSTONE: tombstone & F.lit(kept),
+                               "key": F.col(_RAW_KEY), "value": F.col(_RAW), _SET_ASIDE: F.lit(False)})
+            .drop(_TOO_LARGE, _RAW_KEY, _RAW))
 
 
 def with_set_aside(parsed: DataFrame, set_aside: SetAside) -> DataFrame:
@@ -72,11 +87,27 @@ def with_set_aside(parsed: DataFrame, set_aside: SetAside) -> DataFrame:
     return parsed.withColumns({_SET_ASIDE: aside.isNotNull(), "reason": F.coalesce(aside, F.col("reason"))})
 
 
+def _fitting(parsed: DataFrame, tombstones: bool) -> DataFrame:
+    return parsed.where(F.col("reason").isNull() & (F.col(_TOMBSTONE) if tombstones else ~F.col(_TOMBSTONE)))
+
+
+def _coordinates() -> list[Column]:
+    return [F.col("topic").alias(KAFKA_TOPIC), F.col("partition").alias(KAFKA_PARTITION),
+            F.col("offset").alias(KAFKA_OFFSET), F.col("timestamp").alias(KAFKA_TIMESTAMP)]
+
+
 def good_rows(parsed: DataFrame) -> DataFrame:
-    """Fitting records as columns of the schema plus their Kafka coordinates."""
-    return parsed.where(F.col("reason").isNull()).select(
-        "parsed.*", F.col("topic").alias(KAFKA_TOPIC), F.col("partition").alias(KAFKA_PARTITION),
-        F.col("offset").alias(KAFKA_OFFSET), F.col("timestamp").alias(KAFKA_TIMESTAMP))
+    """Fitting records (not tombstones) as columns of the key's and value's fields, their
+    headers and their Kafka coordinates."""
+    key = ["parsed_key.*"] if "parsed_key" in parsed.columns else []
+    return _fitting(parsed, tombstones=False).select(
+        *key, "parsed.*", F.col("headers").alias(KAFKA_HEADERS), *_coordinates())
+
+
+def tombstone_rows(parsed: DataFrame) -> DataFrame:
+    """Kept tombstones as the key's fields and their coordinates, marked as tombstones."""
+    return _fitting(parsed, tombstones=True).select("parsed_key.*", *_coordinates(),
+                                                     F.lit(True).alias(KAFKA_TOMBSTONE))
 
 
 def transform_of(config: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
@@ -98,6 +129,15 @@ def _refused(checked: DataFrame) -> DataFrame:
     return checked.where(F.col(_REFUSED).isNotNull()).groupBy(*COORDINATES).agg(F.min(_REFUSED).alias("reason"))
 
 
+def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig, sink) -> DataFrame:
+    """The sink's rows and, for an upsert sink ordered by offset under `tombstones: delete`,
+    the tombstones, which skip the transform and the row checks: they write no value."""
+    if config.source.tombstones != "delete" or not by_offset(sink):
+        return accepted
+    return accepted.withColumn(KAFKA_TOMBSTONE, F.lit(False)).unionByName(tombstone_rows(parsed),
+                                                                         allowMissingColumns=True)
+
+
 @dataclass(frozen=True)
 class AttemptFrames:
     staging: dict[str, DataFrame]   # what each sink stages, and the dead letters under DEAD_LETTERS
@@ -116,7 +156,7 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
     refused = _refused(checked).persist(StorageLevel.MEMORY_AND_DISK)
     accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
                 .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
-    raw = parsed.where(F.col("reason").isNull()).select("topic", "partition", "offset", "key", "value")
+    raw = _fitting(parsed, tombstones=False).select("topic", "partition", "offset", "key", "value")
     refused_raw = raw.join(F.broadcast(refused), (raw["topic"] == refused[KAFKA_TOPIC])
                            & (raw["partition"] == refused[KAFKA_PARTITION]) & (raw["offset"] == refused[KAFKA_OFFSET]))
     letter = [F.lit(config.name).alias("pipeline"), "topic", "partition", "offset", "key", "value", "reason"]
@@ -126,6 +166,7 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
                                                                                           "offset"))), "reason")))
     return AttemptFrames(
         {DEAD_LETTERS: unparsed.select(*letter).unionByName(refused_raw.select(*letter)),
-         **{sink.name: sink.strategy.staging_rows(accepted, sink, [c.name for c in columns[sink.name]])
+         **{sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
+                                                  [c.name for c in columns[sink.name]])
             for sink in config.sinks}},
         bad, refused)

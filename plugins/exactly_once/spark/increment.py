@@ -27,12 +27,14 @@ from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Committable
 from exactly_once.ledger.planning import OffsetRange, layers
 from exactly_once.ledger.protocol import Ledger
+from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.staging import Staging
 
 log = logging.getLogger(__name__)
 
-_KAFKA_COLUMNS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")  # what the job reads of a record
+_KAFKA_COLUMNS = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
+                  "headers array<struct<key: string, value: binary>>")
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")  # what the job reads
 # Offsets per Spark task: a Kafka partition's range is split so that a task's cached
 # records fit in memory whatever the range's size (one task per 1.5 M-record partition
 # ran out of a 1 GiB heap), and the tasks balance over the cores; fewer when records may
@@ -71,7 +73,7 @@ def kafka_source_options(kafka: KafkaClient, ranges: tuple[OffsetRange, ...],
         starting.setdefault(r.topic, {})[str(r.partition)] = r.start
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
     return {**kafka.spark_options(), "kafka.isolation.level": "read_committed",
-            "failOnDataLoss": "true", "assign": json.dumps(assign), "startingOffsets": json.dumps(starting),
+            "failOnDataLoss": "true", "includeHeaders": "true", "assign": json.dumps(assign), "startingOffsets": json.dumps(starting),
             "endingOffsets": json.dumps(ending),
             "maxRecordsPerPartition": str(offsets_per_task(max_record_bytes))}
 
@@ -89,7 +91,7 @@ def read_ranges(spark: SparkSession, kafka: KafkaClient, ranges: tuple[OffsetRan
 
 
 def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, kafka: KafkaClient,
-                jdbc: Mapping[str, str]) -> tuple[Committable, AttemptReport]:
+                jdbc: Mapping[str, str], registry: SchemaRegistry | None = None) -> tuple[Committable, AttemptReport]:
     """Executes the attempt and pre-commits it. Raises `Fenced` if it is no longer the
     checkpoint's current attempt, `BadRecords` under the `fail` policy, `NotIsolated` if a
     write fails because of records that isolation cannot single out."""
@@ -97,7 +99,7 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
     checkpoint = ledger.current(checkpoint_id, attempt)  # Fenced before it reads anything
     log.info("checkpoint %s attempt %s: ranges %s", checkpoint_id, attempt,
              ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges))
-    staging = Staging(ledger, checkpoint, attempt, jdbc)
+    staging = Staging(ledger, checkpoint, attempt, jdbc, registry)
     with ledger.rows() as rows:
         set_aside = rows.dead_lettered(checkpoint.ranges)
 
@@ -113,13 +115,13 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
 
 
 def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, kafka: KafkaClient,
-                    db_url: str) -> AttemptReport:
+                    db_url: str, registry: SchemaRegistry | None = None) -> AttemptReport:
     """`run_attempt`, with a failure recorded on the attempt together with whether a retry
     may help: the task that started the attempt reads that verdict from the ledger,
     whatever ran the job (spark-submit, a cluster, an in-process session). A fenced
     attempt records nothing: it is no longer the checkpoint's to change."""
     try:
-        return run_attempt(spark, ledger, checkpoint_id, attempt, kafka, jdbc_options(db_url))[1]
+        return run_attempt(spark, ledger, checkpoint_id, attempt, kafka, jdbc_options(db_url), registry)[1]
     except Exception as error:
         ledger.abort_attempt(checkpoint_id, attempt, f"{type(error).__name__}: {error}", is_retryable(error))
         raise

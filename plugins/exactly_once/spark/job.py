@@ -55,7 +55,8 @@ def run(arguments: list[str], session: Callable[[str], SparkSession]) -> int:
                                lambda: psycopg2.connect(settings.db_url))
     spark = session(f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}")
     try:
-        report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, settings.kafka, settings.db_url)
+        report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, settings.kafka, settings.db_url,
+                                 settings.schema_registry)
     except Fenced as fenced:
         print(f"fenced: {fenced}", file=sys.stderr)
         return FENCED

@@ -109,6 +109,15 @@ class ConnectRunner(JobRunner):
             session.interruptAll()
 
 
+def job_settings(config: PipelineConfig) -> JobSettings:
+    """What the pipeline's Spark job reaches its services with, from the task's connections."""
+    from exactly_once import connections  # Airflow's: the job's own processes import this module without it
+
+    registry = config.source.schema_registry
+    return JobSettings(connections.pipeline_db_url(), connections.kafka_client(),
+                       connections.schema_registry(registry) if registry else None)
+
+
 def job_runner(conn_id: str, name: str, config: PipelineConfig, settings: JobSettings) -> JobRunner:
     """The runner the Spark connection's type selects. Client mode only: the job's settings
     file is private to the task's machine, and the task must see the job end."""

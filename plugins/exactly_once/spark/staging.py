@@ -29,6 +29,7 @@ from exactly_once.ledger.checkpoints import Checkpoint
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
+from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.frames import SetAside, attempt_frames, in_ranges, parse, with_set_aside
 from exactly_once.spark.isolation import NotIsolated, describe, narrow
 from exactly_once.sqlstates import Ask, raised_by_user_code, record_failure
@@ -103,8 +104,10 @@ class _Refused(Exception):
 
 
 class Staging:
-    def __init__(self, ledger: Ledger, checkpoint: Checkpoint, attempt: int, jdbc: Mapping[str, str]):
+    def __init__(self, ledger: Ledger, checkpoint: Checkpoint, attempt: int, jdbc: Mapping[str, str],
+                 registry: SchemaRegistry | None = None):
         self.ledger, self.checkpoint, self.attempt, self.jdbc = ledger, checkpoint, attempt, jdbc
+        self.registry = registry  # the schema registry a record format reads from
         self.checkpoint_id, self.ranges = checkpoint.id, checkpoint.ranges
         self.config = ledger.config
         self.columns = ledger.final_columns()
@@ -114,7 +117,7 @@ class Staging:
         """Stages the records' rows; returns how many records there are and the rows written per sink."""
         set_aside = list(set_aside)
         with phase("read"):
-            parsed = parse(records, self.config).persist(StorageLevel.MEMORY_AND_DISK)
+            parsed = parse(records, self.config, self.registry).persist(StorageLevel.MEMORY_AND_DISK)
             count = parsed.count()
         try:
             for _ in range(ISOLATION_ROUNDS):

@@ -1,0 +1,153 @@
+"""avro: the column is Avro in the schema registry's wire format — a magic byte 0, the writer
+schema's 4-byte id (big-endian), then the Avro binary payload — read into the pipeline's
+reader schema (`source.value_reader_schema`/`key_reader_schema`), so records written under
+older or newer schemas (a field added with a default, a field removed, a type widened) all
+become the same columns.
+
+Decoding runs in the JVM (Spark's `from_avro`, which takes one writer schema): the driver
+finds the schema ids among the records, fetches each writer schema once per process (ids
+are immutable), and decodes each record with its id's writer schema and the reader schema.
+A record whose bytes are not framed so, whose id the registry does not know, whose id is
+not an Avro schema, or whose payload does not decode, has that reason. A registry that does
+not answer fails the attempt, to be retried: no record is judged by an answer not given.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+from urllib.parse import quote
+
+from exactly_once.errors import ConfigError, PipelineError
+from exactly_once.formats._avro_types import mismatches
+from exactly_once.problems import Problem
+
+MAGIC_BYTE = "00"            # hex of the first byte
+HEADER_BYTES = 5             # the magic byte and the schema id
+CANARY = "exactly_once_decoded"  # `with_canary`
+_WRITERS: dict[tuple[str, int], tuple[str | None, str | None]] = {}  # (registry, id) -> (schema, why not)
+
+
+class RegistryUnavailable(PipelineError):
+    """The schema registry did not answer: a retry may find it back."""
+
+
+class Avro:
+    needs_registry = True
+
+    def decode(self, records, encoded):
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import from_avro
+
+        reader = reader_schema(encoded)
+        raw = F.col(encoded.column)
+        framed = (F.octet_length(raw) >= HEADER_BYTES) & (F.hex(F.substring(raw, 1, 1)) == MAGIC_BYTE)
+        schema_id = F.when(framed, F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("bigint"))
+        payload = F.expr(f"substring({encoded.column}, {HEADER_BYTES + 1})")
+        ids = sorted(row[0] for row in records.select(schema_id.alias("id")).where("id IS NOT NULL")
+                     .distinct().collect())
+        writers = {i: writer_schema(encoded, i) for i in ids}
+
+        struct_type = "struct<" + ", ".join(f"`{c}`: {t}" for c, t in encoded.schema.items()) + ">"
+        decoded = F.lit(None).cast(struct_type)
+        options = {"mode": "PERMISSIVE", "avroSchema": with_canary(reader)}
+        for i, (writer, _) in writers.items():
+            if writer is not None:
+                read = from_avro(payload, writer, options)
+                fields = F.struct(*(read.getField(c).alias(c) for c in encoded.schema))
+                decoded = F.when((schema_id == i) & read.getField(CANARY).isNotNull(), fields).otherwise(decoded)
+        reason = F.when(~framed, F.lit(f"{encoded.column} is not in the schema registry's wire format (magic byte "
+                                       f"0 and a 4-byte schema id, then the Avro payload)"))
+        for i, (_, why_not) in writers.items():
+            if why_not is not None:
+                reason = reason.when(schema_id == i, F.lit(f"{encoded.column}: {why_not}"))
+        reason = reason.when(decoded.isNull(), F.format_string(
+            f"{encoded.column} does not decode with its writer schema (id %d) into the reader schema", schema_id))
+        return decoded, reason
+
+    def problems(self, encoded) -> list[Problem]:
+        """The reader schema's: not in the registry, not giving the columns, or (one of the
+        registry's) unable to read its subject's latest version, as the subject's
+        compatibility rule judges it (BACKWARD: the reader reads what the latest writes)."""
+        where = f"source.{encoded.column}_reader_schema"
+        try:
+            reader = reader_schema(encoded)
+            if isinstance(encoded.reader, str):
+                return []
+            subject = encoded.reader.subject
+            answer = encoded.registry.get(f"/compatibility/subjects/{quote(subject, safe='')}/versions/latest",
+                                          body={"schema": reader})
+        except ConfigError as wrong:
+            return [Problem(where, str(wrong))]
+        except (RegistryUnavailable, OSError) as failed:
+            return [Problem(where, f"the schema registry does not answer: {failed}", passing=True)]
+        if not answer.get("is_compatible"):
+            return [Problem(where, f"subject {subject!r} version {encoded.reader.version} cannot read the subject's "
+                                   f"latest version: {'; '.join(answer.get('messages') or [])}")]
+        return []
+
+
+FORMAT = Avro()
+
+
+def with_canary(reader: str) -> str:
+    """The reader schema with one more field, always true when a record decodes: Spark's
+    PERMISSIVE mode makes an undecodable payload a row of nulls, which a record whose fields
+    are all nullable could be too; the canary's null tells them apart."""
+    schema = json.loads(reader)
+    return json.dumps({**schema, "fields": [*schema["fields"], {"name": CANARY, "type": "boolean", "default": True}]})
+
+
+def reader_schema(encoded) -> str:
+    """The reader schema's text, checked against the pipeline's columns (ConfigError)."""
+    reader = encoded.reader
+    if isinstance(reader, str):
+        text = reader
+    else:
+        path = f"/subjects/{quote(reader.subject, safe='')}/versions/{reader.version}"
+        text = _asked(encoded, path, f"{encoded.column} reader schema {reader.subject!r} version {reader.version}")
+        if text is None:
+            raise ConfigError(f"the schema registry ({encoded.registry.connection!r}) has no subject "
+                              f"{reader.subject!r} version {reader.version} (source.{encoded.column}_reader_schema)")
+    try:
+        wrong = mismatches(text, encoded.schema)
+    except ValueError as error:
+        wrong = [str(error)]
+    if wrong:
+        raise ConfigError(f"source.{encoded.column}_reader_schema does not give source.{encoded.column}_schema's "
+                          f"columns: {'; '.join(wrong)}")
+    return text
+
+
+def writer_schema(encoded, schema_id: int) -> tuple[str | None, str | None]:
+    """(the Avro schema of `schema_id`, None) or (None, why its records cannot be read)."""
+    key = (encoded.registry.url, schema_id)
+    if key not in _WRITERS:
+        found = _asked(encoded, f"/schemas/ids/{schema_id}", f"schema id {schema_id}", whole=True)
+        if found is None:
+            _WRITERS[key] = (None, f"schema id {schema_id} is unknown to the schema registry")
+        elif found.get("schemaType", "AVRO") != "AVRO":
+            _WRITERS[key] = (None, f"schema id {schema_id} is a {found['schemaType']} schema, not Avro")
+        else:
+            _WRITERS[key] = (found["schema"], None)
+    return _WRITERS[key]
+
+
+def _asked(encoded, path: str, what: str, whole: bool = False):
+    """The registry's answer for `path` (its `schema` unless `whole`), None when it has none;
+    RegistryUnavailable when it does not answer, ConfigError when it refuses the login."""
+    registry = encoded.registry
+    try:
+        found = registry.get(path)
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return None
+        if error.code in (401, 403):
+            raise ConfigError(f"connection {registry.connection!r}: the schema registry refuses its login "
+                              f"(HTTP {error.code}) asked for {what}") from None
+        raise RegistryUnavailable(f"connection {registry.connection!r}: the schema registry answers HTTP "
+                                  f"{error.code} asked for {what}") from None
+    except OSError as error:  # URLError, a refused connection, a timeout
+        raise RegistryUnavailable(f"connection {registry.connection!r}: the schema registry does not answer "
+                                  f"asked for {what}: {getattr(error, 'reason', error)}") from None
+    return found if whole else found["schema"]

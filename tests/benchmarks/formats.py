@@ -1,0 +1,140 @@
+"""Avro beside JSON: N demo orders in each format, each read by a checkpoint of a copy of the
+demo pipeline as its tasks run it (plan, `spark-submit jobs/increment.py` with the registry in
+its settings file, commit), repetitions interleaved (the format that runs first alternates),
+medians printed. The JSON topic is the demo's (`produce`: every 7th transaction aborted, a few
+malformed and poison orders); the Avro topic holds the same orders' fields as confluent-kafka's
+serializer writes them (fastavro, the registry's wire format), every 7th transaction aborted too,
+none malformed.
+
+    ./dev bench-formats [--orders 1000000] [--repetitions 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import statistics
+import struct
+import time
+from contextlib import closing
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg2
+
+from exactly_once import connections
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.migrate import migrate
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.orchestration import tasks
+from exactly_once.spark.settings import JobSettings
+from exactly_once_demo.pipeline import config as demo_config
+from exactly_once_demo.produce import SKUS, produce
+from exactly_once_stack import lifecycle
+from exactly_once_stack.settings import LOCAL, process_environment
+from tests.benchmarks import copies
+from tests.benchmarks.spark_app import submit
+from tests.benchmarks.throughput import JOB, PER_TRANSACTION
+from tests.spark.avro_orders import REGISTRY, registry_client
+
+READER = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
+    {"name": "order_id", "type": "string"}, {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
+FORMATS = ("json", "avro")
+
+
+def avro_orders(topic: str):
+    """`produce`'s encoder of orders in the registry's wire format under READER's id, as
+    AvroSerializer frames them."""
+    from confluent_kafka.schema_registry import Schema
+    from fastavro import parse_schema, schemaless_writer
+
+    schema_id = registry_client().register_schema(f"{topic}-value", Schema(json.dumps(READER), "AVRO"))
+    header, parsed = b"\x00" + struct.pack(">I", schema_id), parse_schema(READER)
+
+    def encoded(i: int, rng: random.Random, when: datetime) -> tuple[bytes, bytes]:
+        sku, out = rng.choice(SKUS), io.BytesIO(header)
+        out.seek(len(header))
+        schemaless_writer(out, parsed, {"order_id": f"o-{i}", "sku": sku, "qty": rng.randint(1, 9),
+                                        "price": Decimal(f"{rng.uniform(1, 100):.2f}"), "ts": when})
+        return sku.encode(), out.getvalue()
+    return encoded
+
+
+def checkpoint(fmt: str, topic: str, repetition: int, servers: str, db_url: str, folder: Path) -> dict:
+    """One checkpoint of a fresh copy of the demo over the whole topic: its job's report and wall times."""
+    name = f"fmt_{fmt}_{repetition}"
+    avro = {"source": {"topics": [topic], "value_format": "avro", "schema_registry": REGISTRY,
+                       "value_reader_schema": json.dumps(READER),
+                       "value_schema": {"order_id": "string", "sku": "string", "qty": "int",
+                                        "price": "decimal(12,2)", "ts": "timestamp"}}} if fmt == "avro" else {}
+    config = demo_config(name, topic, name, **avro)
+    copies.forget(db_url, config, [name])
+    copies.create_demo_tables(db_url, name)
+    ledger = Ledger(config, lambda: psycopg2.connect(db_url))
+    ledger.register()
+    settings = JobSettings(db_url, KafkaClient.at(servers), connections.schema_registry(REGISTRY))
+    started = time.perf_counter()
+    with KafkaOffsets(KafkaClient.at(servers)) as kafka:
+        checkpoint_id = tasks.begin_checkpoint(ledger, kafka, "benchmark", None, datetime.now(timezone.utc)
+                                               ).checkpoint.id
+    jobs = []
+    with settings.written() as settings_file:
+        tasks.run_increment(ledger, checkpoint_id, lambda arguments: jobs.append(
+            submit(JOB, [*arguments, "--settings", str(settings_file)], folder / f"{name}.log")))
+    if tasks.commit_checkpoint(ledger, checkpoint_id, try_number=1) is not Outcome.COMMITTED:
+        raise AssertionError(f"{name}: checkpoint {checkpoint_id} not committed")
+    seconds = time.perf_counter() - started
+    copies.forget(db_url, config, [name])
+    report = jobs[0].report
+    return {"records": report["records"], "end_to_end": seconds, "job": jobs[0].seconds,
+            "read": report["seconds"]["read"], "write_staging": report["seconds"]["write_staging"],
+            "java_peak_gib": jobs[0].peak_jvm / 2**30}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, default=1_000_000)
+    parser.add_argument("--repetitions", type=int, default=3)
+    args = parser.parse_args()
+    lifecycle.up()
+    os.environ.update(process_environment())
+    servers, db_url = os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["PIPELINE_DB_URL"]
+    with closing(psycopg2.connect(db_url)) as conn:
+        migrate(conn)
+    folder = LOCAL / "artifacts" / "bench-formats"
+    folder.mkdir(parents=True, exist_ok=True)
+    topics = {fmt: f"bench_fmt_{fmt}_{args.orders}" for fmt in FORMATS}
+    for topic in topics.values():
+        copies.delete_topic(servers, topic)
+    produce(servers, args.orders, topic=topics["json"], per_transaction=PER_TRANSACTION)
+    produce(servers, args.orders, topic=topics["avro"], per_transaction=PER_TRANSACTION,
+            encoded=avro_orders(topics["avro"]))
+    runs = {fmt: [] for fmt in FORMATS}
+    for repetition in range(args.repetitions):
+        for fmt in (FORMATS if repetition % 2 == 0 else FORMATS[::-1]):
+            runs[fmt].append(checkpoint(fmt, topics[fmt], repetition, servers, db_url, folder))
+            print(fmt, repetition, runs[fmt][-1], flush=True)
+    print(f"\n{args.orders} orders, medians of {args.repetitions} (values in brackets)")
+    print(f"| {'':<22} | {'JSON':>24} | {'Avro':>24} | Avro/JSON |\n|---|---|---|---|")
+    for figure in ("records", "end_to_end", "job", "read", "write_staging", "java_peak_gib"):
+        medians = {fmt: statistics.median(r[figure] for r in runs[fmt]) for fmt in FORMATS}
+        values = {fmt: ", ".join(f"{r[figure]:.3g}" for r in runs[fmt]) for fmt in FORMATS}
+        print(f"| {figure:<22} | {medians['json']:>8.4g} [{values['json']}] | {medians['avro']:>8.4g} "
+              f"[{values['avro']}] | {medians['avro'] / medians['json']:.2f} |")
+    records = {fmt: statistics.median(r["records"] / r["end_to_end"] for r in runs[fmt]) for fmt in FORMATS}
+    print(f"| records/s end to end   | {records['json']:>8.0f} | {records['avro']:>8.0f} | "
+          f"{records['avro'] / records['json']:.2f} |")
+    for topic in topics.values():
+        copies.delete_topic(servers, topic)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""What a source's record formats accept when the configuration loads: an Avro reader schema
+checked against the columns (by the Spark types `from_avro` gives its fields), a decoded key
+beside the value, and the rule for tombstones — each refusal naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exactly_once.config import load_config
+from exactly_once.errors import ConfigError
+from exactly_once.formats._avro_types import mismatches, record_fields
+
+ORDER = {"type": "record", "name": "Order", "fields": [
+    {"name": "id", "type": "string"},
+    {"name": "n", "type": "long"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line", "fields": [
+        {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}},
+    {"name": "tags", "type": {"type": "map", "values": "string"}},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+]}
+
+
+def test_avro_fields_get_the_spark_types_from_avro_gives_them():
+    assert record_fields(json.dumps(ORDER)) == {
+        "id": "string", "n": "bigint", "note": "string", "price": "decimal(10,2)", "at": "timestamp", "day": "date",
+        "lines": "array<struct<`sku`: string, `qty`: int>>", "tags": "map<string, string>", "kind": "string"}
+    assert mismatches(json.dumps(ORDER), {"id": "string", "n": "int", "gone": "string"}) == [
+        "n: the Avro schema makes it bigint, the configuration says int",
+        "gone: not a field of the Avro schema (its fields: id, n, note, price, at, day, lines, tags, kind)"]
+    with pytest.raises(ValueError, match=r"the Avro union \[\"int\", \"string\"\] is not \[\"null\", T\]"):
+        record_fields(json.dumps({**ORDER, "fields": [{"name": "x", "type": ["int", "string"]}]}))
+
+
+def config(**source) -> dict:
+    return {"name": "p", "source": {"topics": ["t"], "value_schema": {"id": "string", "n": "bigint"}, **source},
+            "sinks": [{"name": "latest", "table": "latest", "mode": "upsert", "keys": ["customer"]}]}
+
+
+@pytest.mark.parametrize("source, refusal", [
+    ({"value_format": "avro"}, "source: value_format 'avro' needs schema_registry (the connection) and "
+                               "value_reader_schema (what records are read into)"),
+    ({"value_format": "avro", "schema_registry": "r", "value_reader_schema": json.dumps(ORDER),
+      "value_schema": {"id": "string", "n": "int"}},
+     "source: value_reader_schema does not give value_schema's columns: n: the Avro schema makes it bigint, the "
+     "configuration says int"),
+    ({"value_reader_schema": json.dumps(ORDER)}, "source: value_reader_schema is for registry formats (avro), not "
+                                                 "'json'"),
+    ({"key_format": "string", "key_schema": {"customer": "bigint"}},
+     "source: key_format 'string' gives one string column: key_schema must be {'<name>': 'string'}, got "
+     "{'customer': 'bigint'}"),
+    ({"key_format": "json", "key_schema": {"id": "string"}},
+     "source: key_schema and value_schema both have ['id']: a column is one or the other"),
+    ({"key_schema": {"customer": "string"}}, "source: key_schema and key_reader_schema are for a decoded key: set "
+                                             "key_format"),
+    ({"key_format": "protobuf"}, "source.key_format: unknown record format 'protobuf'"),
+    ({"tombstones": "delete"}, "source: tombstones 'delete' needs the key decoded (key_format)"),
+])
+def test_a_source_whose_formats_cannot_read_its_records_is_refused_naming_the_field(source, refusal):
+    with pytest.raises(ConfigError) as refused:
+        load_config(config(**source))
+    assert refusal in str(refused.value)
+
+
+def test_tombstones_delete_rows_of_upsert_sinks_ordered_by_offset_and_keyed_by_the_key():
+    keyed = {"key_format": "string", "key_schema": {"customer": "string"}, "tombstones": "delete"}
+    assert load_config(config(**keyed)).source.tombstones == "delete"
+    ordered = config(**keyed)
+    ordered["sinks"][0].update(order_by="n")
+    with pytest.raises(ConfigError, match=r"upsert sinks \['latest'\] are ordered by order_by, a value's field"):
+        load_config(ordered)
+    by_value = config(**keyed)
+    by_value["sinks"][0].update(keys=["id"])
+    with pytest.raises(ConfigError, match=r"sinks \['latest'\] are keyed otherwise"):
+        load_config(by_value)
