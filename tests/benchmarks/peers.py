@@ -35,6 +35,7 @@ from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig
 from exactly_once.db import jdbc_options
 from exactly_once.kafka_client import KafkaClient
+from exactly_once.kafka_columns import KAFKA_TOMBSTONE
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.tables import DEAD_LETTERS
@@ -53,7 +54,9 @@ def write_final(records: DataFrame, config: PipelineConfig, schema: str,
     try:
         for name, frame in frames.staging.items():
             table = f"{schema}.dead_letters" if name == DEAD_LETTERS else config.sink(name).table
-            write_jdbc(frame, table, jdbc_options(os.environ["PIPELINE_DB_URL"]))
+            # An upsert sink's rows carry staging's tombstone mark, which no final table has
+            # (the demo has no tombstones: it is always false).
+            write_jdbc(frame.drop(KAFKA_TOMBSTONE), table, jdbc_options(os.environ["PIPELINE_DB_URL"]))
     finally:
         frames.refused.unpersist()
         parsed.unpersist()
