@@ -1,10 +1,10 @@
 """The final tables a pipeline expects, as PostgreSQL DDL: which column types hold the values
 the library writes, and the statements the preflight suggests and `new` scaffolds. Pure.
 
-A sink's rows carry the value's fields (the `value_schema`), whatever the transform adds,
+A sink's rows carry the record's fields (the `key_schema`'s and the `value_schema`'s), whatever the transform adds,
 and four columns the library fills from each record's Kafka metadata: kafka_topic,
 kafka_partition, kafka_offset and kafka_timestamp. Without running the transform only the
-library's columns and, in a pipeline without a transform, the value's fields have types
+library's columns and, in a pipeline without a transform, the record's fields have types
 known in advance.
 """
 
@@ -63,27 +63,32 @@ def summed(spark_type: str) -> str:
     return "double" if t.name == "float" else str(t)
 
 
+def record_fields(config: PipelineConfig) -> dict[str, str]:
+    """The decoded key's fields, then the value's: column -> Spark type (they share no name)."""
+    return {**config.source.key_schema, **config.source.value_schema}
+
+
 def known_types(config: PipelineConfig) -> dict[str, str]:
     """Columns whose Spark type is known without running the transform: the library's, and the
-    value's fields when there is no transform (one could change them)."""
-    fields = {} if config.transform else dict(config.source.value_schema)
+    record's fields when there is no transform (one could change them)."""
+    fields = {} if config.transform else record_fields(config)
     return {**fields, **LIBRARY_COLUMNS}
 
 
 def likely_types(config: PipelineConfig) -> dict[str, str]:
-    """For suggestions: the value's fields and the library's columns, transform or not."""
-    return {**config.source.value_schema, **LIBRARY_COLUMNS}
+    """For suggestions: the record's fields and the library's columns, transform or not."""
+    return {**record_fields(config), **LIBRARY_COLUMNS}
 
 
 def expected_columns(config: PipelineConfig, sink: Sink) -> list[str]:
     """The columns a new final table of the sink gets: an aggregate's keys and measures; for
-    append and upsert the value's fields (in the schema's order), the keys the transform adds,
+    append and upsert the record's fields (the key's, then the value's), the keys the transform adds,
     and the record coordinates the mode needs."""
     if sink.mode == "aggregate":
         return [*sink.keys, *sink.measures]
     needed = sink.strategy.required_columns(sink)
     coordinates = [c for c in (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET) if c in needed]
-    columns = [*config.source.value_schema, *sink.keys, *coordinates]
+    columns = [*record_fields(config), *sink.keys, *coordinates]
     return [c for i, c in enumerate(columns) if c not in columns[:i]]
 
 

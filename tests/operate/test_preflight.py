@@ -98,8 +98,8 @@ BROKEN = {
          "mode merges on\n    fix: ALTER TABLE \"{s}\".\"latest\" ADD UNIQUE (\"k\");"]),
     "a column no record fills": (
         NO_TRANSFORM, "ALTER TABLE {s}.events ADD COLUMN region text",
-        ["sink 'events': table {s}.events: column region: takes its value from no field of source.value_schema "
-         "and is none of the library's ['kafka_offset', 'kafka_partition', 'kafka_timestamp', 'kafka_topic']"]),
+        ["sink 'events': table {s}.events: column region: takes its value from no field of source.key_schema or "
+         "source.value_schema and is none of the library's ['kafka_offset', 'kafka_partition', 'kafka_timestamp', 'kafka_topic']"]),
     "transform import error": ({"transform": "tests.no_such_module:prepare"}, "",
                                ["transform 'tests.no_such_module:prepare': module 'tests.no_such_module' does "
                                 "not import: ModuleNotFoundError: No module named 'tests.no_such_module'"]),

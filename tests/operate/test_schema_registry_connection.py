@@ -14,12 +14,13 @@ import uuid
 
 import pytest
 
-from exactly_once.config import Source
+from exactly_once import ddl
+from exactly_once.config import Source, load_config
 from exactly_once.connections import schema_registry, schema_registry_problems
 from exactly_once_stack import tls
 from exactly_once_stack.settings import SCHEMA_REGISTRY_API, TLS
 from tests.ledger.harness import make_pipeline
-from tests.operate.test_preflight import DAG_FILE, check_cli
+from tests.operate.test_preflight import DAG_FILE, check_cli, execute
 
 REGISTRY = "schema_registry_default"
 SOURCE = Source.model_validate({"topics": ["t"], "schema_registry": REGISTRY, "value_schema": {"id": "string"}})
@@ -130,3 +131,30 @@ def test_a_reader_schema_of_the_registry_must_exist_give_the_columns_and_read_th
     [cannot] = problems(1, {"id": "string", "n": "bigint"})
     assert cannot.startswith(f"source.value_reader_schema: subject {subject!r} version 1 cannot read the subject's "
                              "latest version")
+
+
+def test_the_guides_avro_pipeline_without_a_transform_passes_check_once_its_tables_exist(registry, ledger_db, topic,
+                                                                                       tmp_path):
+    """docs/guide/formats.md's configuration: an upsert keyed by the key's field, no transform."""
+    from confluent_kafka.schema_registry import Schema
+
+    from tests.spark.avro_orders import READER, registry_client
+
+    registry()
+    subject, name = f"{topic}-value", f"p{uuid.uuid4().hex[:10]}"
+    registry_client().register_schema(subject, Schema(json.dumps(READER), "AVRO"))
+    config = load_config({
+        "name": name,
+        "source": {"topics": [topic], "schema_registry": REGISTRY, "value_format": "avro",
+                   "value_reader_schema": {"subject": subject, "version": 1},
+                   "value_schema": {"id": "string", "n": "bigint", "note": "string"},
+                   "key_format": "string", "key_schema": {"customer": "string"}, "tombstones": "delete"},
+        "sinks": [{"name": "orders", "table": f"{name}.orders", "mode": "append"},
+                  {"name": "latest", "table": f"{name}.latest", "mode": "upsert", "keys": ["customer"]}]})
+    tables = [ddl.create_table(config, sink) for sink in config.sinks]
+    assert all('"customer" text NOT NULL' in table and "made by the transform" not in table for table in tables)
+    execute(ledger_db, f"CREATE SCHEMA {name};\n" + "\n".join(tables))
+    dag_file = tmp_path / "guide_avro.py"
+    dag_file.write_text(DAG_FILE.format(name=name, config=config.model_dump(mode="json")))
+    ready = check_cli(dag_file)
+    assert (ready.returncode, ready.stdout) == (0, f"pipeline {name!r}: ready\n"), ready.stdout + ready.stderr

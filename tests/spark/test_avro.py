@@ -11,6 +11,7 @@ import pytest
 
 from exactly_once.errors import AttemptFailed
 from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.refusals import Stalled
 from exactly_once.orchestration import tasks
 from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.runners import ConnectRunner, job_runner
@@ -120,3 +121,15 @@ def test_the_same_over_spark_connect_as_the_airflow_task_runs_it(connect_server,
     produce_three_writers_and_hostile_records(orders)
     assert orders.run(None, runner) is not None
     orders.assert_exact()
+
+
+def test_a_registry_url_that_is_no_registry_api_fails_the_attempt_for_good_and_judges_no_record(spark, orders):
+    order = {"id": "c1", "n": 5, "note": "x"}
+    orders.produce([("ann", orders.encoded(3, order), order, None, None)])
+    checkpoint_id = orders.begin()
+    api_root_missing = SchemaRegistry(orders.registry.connection, orders.registry.url.split("/apis/")[0],
+                                      orders.registry.login, orders.registry.tls_settings)
+    with pytest.raises(Stalled, match="ConfigError: connection 'schema_registry_default': the schema registry "
+                                      "answers HTTP 404 without a registry's error code asked for schema id"):
+        orders.increment(spark, checkpoint_id, api_root_missing)  # no retry fixes it: stalled at once
+    assert orders.actual()["dead_letters"] == set()

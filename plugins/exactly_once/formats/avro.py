@@ -25,7 +25,12 @@ from exactly_once.problems import Problem
 MAGIC_BYTE = "00"            # hex of the first byte
 HEADER_BYTES = 5             # the magic byte and the schema id
 CANARY = "exactly_once_decoded"  # `with_canary`
-_WRITERS: dict[tuple[str, int], tuple[str | None, str | None]] = {}  # (registry, id) -> (schema, why not)
+# The Confluent API's error codes of a 404 that means "no such thing" (any other 404 is no
+# registry API: a wrong URL, which fails the attempt rather than judge records).
+SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
+# (registry, id) -> (schema, why not). An unknown id is not kept: a registry replica that
+# had not yet seen a new schema knows it by the attempt's retry.
+_WRITERS: dict[tuple[str, int], tuple[str | None, str | None]] = {}
 
 
 class RegistryUnavailable(PipelineError):
@@ -79,6 +84,10 @@ class Avro:
                                           body={"schema": reader})
         except ConfigError as wrong:
             return [Problem(where, str(wrong))]
+        except urllib.error.HTTPError as refused:  # of the compatibility check: the reader itself is there
+            return [Problem(where, f"the schema registry answers HTTP {refused.code} to the question whether "
+                                   f"{subject!r} version {encoded.reader.version} reads the subject's latest version",
+                            passing=refused.code >= 500)]
         except (RegistryUnavailable, OSError) as failed:
             return [Problem(where, f"the schema registry does not answer: {failed}", passing=True)]
         if not answer.get("is_compatible"):
@@ -105,7 +114,8 @@ def reader_schema(encoded) -> str:
         text = reader
     else:
         path = f"/subjects/{quote(reader.subject, safe='')}/versions/{reader.version}"
-        text = _asked(encoded, path, f"{encoded.column} reader schema {reader.subject!r} version {reader.version}")
+        text = _asked(encoded, path, f"{encoded.column} reader schema {reader.subject!r} version {reader.version}",
+                      (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND))
         if text is None:
             raise ConfigError(f"the schema registry ({encoded.registry.connection!r}) has no subject "
                               f"{reader.subject!r} version {reader.version} (source.{encoded.column}_reader_schema)")
@@ -123,25 +133,31 @@ def writer_schema(encoded, schema_id: int) -> tuple[str | None, str | None]:
     """(the Avro schema of `schema_id`, None) or (None, why its records cannot be read)."""
     key = (encoded.registry.url, schema_id)
     if key not in _WRITERS:
-        found = _asked(encoded, f"/schemas/ids/{schema_id}", f"schema id {schema_id}", whole=True)
+        found = _asked(encoded, f"/schemas/ids/{schema_id}", f"schema id {schema_id}", (SCHEMA_NOT_FOUND,),
+                       whole=True)
         if found is None:
-            _WRITERS[key] = (None, f"schema id {schema_id} is unknown to the schema registry")
-        elif found.get("schemaType", "AVRO") != "AVRO":
+            return None, f"schema id {schema_id} is unknown to the schema registry"
+        if found.get("schemaType", "AVRO") != "AVRO":
             _WRITERS[key] = (None, f"schema id {schema_id} is a {found['schemaType']} schema, not Avro")
         else:
             _WRITERS[key] = (found["schema"], None)
     return _WRITERS[key]
 
 
-def _asked(encoded, path: str, what: str, whole: bool = False):
-    """The registry's answer for `path` (its `schema` unless `whole`), None when it has none;
-    RegistryUnavailable when it does not answer, ConfigError when it refuses the login."""
+def _asked(encoded, path: str, what: str, missing: tuple[int, ...], whole: bool = False):
+    """The registry's answer for `path` (its `schema` unless `whole`), None when it says it has
+    none (a 404 with an error code of `missing`); RegistryUnavailable when it does not answer,
+    ConfigError when it refuses the login or answers as no registry API."""
     registry = encoded.registry
     try:
         found = registry.get(path)
     except urllib.error.HTTPError as error:
-        if error.code == 404:
+        if error.code == 404 and _error_code(error) in missing:
             return None
+        if error.code == 404:
+            raise ConfigError(f"connection {registry.connection!r}: the schema registry answers HTTP 404 without "
+                              f"a registry's error code asked for {what}: is its url the Confluent-compatible "
+                              "API's root?") from None
         if error.code in (401, 403):
             raise ConfigError(f"connection {registry.connection!r}: the schema registry refuses its login "
                               f"(HTTP {error.code}) asked for {what}") from None
@@ -151,3 +167,10 @@ def _asked(encoded, path: str, what: str, whole: bool = False):
         raise RegistryUnavailable(f"connection {registry.connection!r}: the schema registry does not answer "
                                   f"asked for {what}: {getattr(error, 'reason', error)}") from None
     return found if whole else found["schema"]
+
+
+def _error_code(error: urllib.error.HTTPError) -> int | None:
+    try:
+        return json.loads(error.read()).get("error_code")
+    except (ValueError, AttributeError, OSError):
+        return None

@@ -117,8 +117,9 @@ def table_problems(cur, config: PipelineConfig, sink: Sink) -> list[Problem]:
     subject = table_subject(sink)
     if config.transform is None:
         known = ddl.known_types(config)
-        problems += [Problem(f"{subject}: column {c}", "takes its value from no field of source.value_schema and "
-                                                       f"is none of the library's {sorted(ddl.LIBRARY_COLUMNS)}")
+        problems += [Problem(f"{subject}: column {c}", "takes its value from no field of source.key_schema or "
+                                                       "source.value_schema and is none of the library's "
+                                                       f"{sorted(ddl.LIBRARY_COLUMNS)}")
                      for c in sink.strategy.record_columns(sink, [c.name for c in columns]) if c not in known]
     return problems + list(_type_problems(cur, config, sink, columns))
 
