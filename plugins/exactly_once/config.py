@@ -139,17 +139,14 @@ class Source(_Frozen):
         if name == "string" and list(schema.values()) != ["string"]:
             raise ValueError(f"{part}_format 'string' gives one string column: {part}_schema must be "
                              f"{{'<name>': 'string'}}, got {dict(schema)}")
-        registry = getattr(format_of(name), "needs_registry", False)
+        registry = format_of(name).needs_registry
         if registry and (self.schema_registry is None or reader is None):
             raise ValueError(f"{part}_format {name!r} needs schema_registry (the connection) and "
                              f"{part}_reader_schema (what records are read into)")
         if not registry and reader is not None:
             raise ValueError(f"{part}_reader_schema is for registry formats (avro), not {name!r}")
         if isinstance(reader, str):
-            try:
-                wrong = mismatches(reader, schema)
-            except ValueError as error:
-                wrong = [str(error)]
+            wrong = mismatches(reader, schema)
             if wrong:
                 raise ValueError(f"{part}_reader_schema does not give {part}_schema's columns: {'; '.join(wrong)}")
 

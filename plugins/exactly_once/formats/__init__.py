@@ -29,6 +29,8 @@ class Encoded:
 
 
 class RecordFormat(Protocol):
+    needs_registry: bool  # whether it reads through source.schema_registry, into a `<part>_reader_schema`
+
     def decode(self, records: DataFrame, encoded: Encoded) -> tuple[Column, Column]:
         """(fields, reason) of each record: a struct of the schema's fields, and null when
         the column holds them, otherwise why not (naming the field, or the column). Never

@@ -31,8 +31,12 @@ def record_fields(schema_text: str) -> dict[str, str]:
 
 
 def mismatches(schema_text: str, columns: Mapping[str, str]) -> list[str]:
-    """How the reader schema's fields differ from the pipeline's columns (name -> Spark SQL type)."""
-    fields = record_fields(schema_text)
+    """How the reader schema's fields differ from the pipeline's columns (name -> Spark SQL type),
+    or why it is no Avro record this library reads."""
+    try:
+        fields = record_fields(schema_text)
+    except ValueError as unreadable:
+        return [str(unreadable)]
     found = []
     for column, wanted in columns.items():
         if column not in fields:

@@ -119,10 +119,7 @@ def reader_schema(encoded) -> str:
         if text is None:
             raise ConfigError(f"the schema registry ({encoded.registry.connection!r}) has no subject "
                               f"{reader.subject!r} version {reader.version} (source.{encoded.column}_reader_schema)")
-    try:
-        wrong = mismatches(text, encoded.schema)
-    except ValueError as error:
-        wrong = [str(error)]
+    wrong = mismatches(text, encoded.schema)
     if wrong:
         raise ConfigError(f"source.{encoded.column}_reader_schema does not give source.{encoded.column}_schema's "
                           f"columns: {'; '.join(wrong)}")

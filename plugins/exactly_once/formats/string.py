@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 class String:
+    needs_registry = False
+
     def decode(self, records, encoded):
         from pyspark.sql import functions as F
 

@@ -1,12 +1,13 @@
 """What a Spark job of the pipeline needs to reach its services, handed over by the task that
 submits it: the pipeline database (a libpq URI), the Kafka client config and the schema
-registry (when the pipeline's formats read one), all read from the task's Airflow connections. They hold credentials, so they travel in a file only the
-task's user can read, named on the job's command line, removed by the job once read and by
-the task when the job ends (whichever comes first; a task and job both killed before the job
-read it leave it behind, readable by their user only) — never on a command line or in an
-environment variable, which `ps` and Spark's UI show. The Kafka client's PEM files travel
-inline in it (`KafkaClient.portable`, `SchemaRegistry.portable`), and the job's processes get the task's environment
-without the variables that could hold the same secrets (`job_environment`).
+registry (when the pipeline's formats read one), all read from the task's Airflow
+connections. They hold credentials, so they travel in a file only the task's user can read,
+named on the job's command line, removed by the job once read and by the task when the job
+ends (whichever comes first; a task and job both killed before the job read it leave it
+behind, readable by their user only) — never on a command line or in an environment
+variable, which `ps` and Spark's UI show. PEM files travel inline in it
+(`KafkaClient.portable`, `SchemaRegistry.portable`), and the job's processes get the task's
+environment without the variables that could hold the same secrets (`job_environment`).
 """
 
 from __future__ import annotations
