@@ -8,6 +8,7 @@ import subprocess
 import urllib.request
 
 from exactly_once_stack import process
+from exactly_once_stack.private import write_private
 from exactly_once_stack.settings import AIRFLOW_HOME, LOCAL, ROOT, passwords, process_environment
 
 STAMP = LOCAL / "stamps" / "airflow-db"
@@ -22,7 +23,9 @@ def version() -> str:
 def migrate(force: bool = False) -> bool:
     """`airflow db migrate`, skipped while this Airflow version already migrated the database."""
     AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
-    (AIRFLOW_HOME / "passwords.json").write_text(json.dumps({"admin": passwords()["airflow_admin"]}))
+    # The simple auth manager's passwords file (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE): 0600
+    # from its first byte. Airflow adds a user missing from it in place, keeping that mode.
+    write_private(AIRFLOW_HOME / "passwords.json", json.dumps({"admin": passwords()["airflow_admin"]}))
     if not force and STAMP.exists() and STAMP.read_text() == version():
         return False
     subprocess.run(["airflow", "db", "migrate"], env=process_environment(), cwd=ROOT,

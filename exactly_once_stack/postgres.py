@@ -2,12 +2,27 @@
 
 It holds two databases, each owned by a role of the same name: `pipeline`
 (the ledger, staging and final tables) and `airflow` (Airflow's metadata).
+
+TCP takes TLS only: the server presents the `postgres` certificate of the stack's CA
+(exactly_once_stack.tls; IP 127.0.0.1 and DNS localhost, so clients check it with
+`sslmode=verify-full`), and pg_hba.conf has `hostssl` lines only (SCRAM passwords), so a
+plaintext connection is refused. The Unix socket is the stack's admin path: the superuser
+`postgres`, trusted (`connect_admin`). Both are set at every start, also on a data
+directory made by an older checkout: pg_hba.conf is rewritten, the TLS settings are on the
+server's command line, and a server still running without them is started again.
+
+Beside the owners, the least-privilege login roles (issue 43): `pipeline_job` (the Spark
+job's, member of the group role `exactly_once_job`) and `pipeline_read` (status and the
+pipelines view, member of `exactly_once_read`), passwords from settings.passwords(). The
+group roles' rights are granted by the ledger's migrations; only these two and the owners
+may connect to the pipeline database, only `airflow` to Airflow's.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -16,14 +31,33 @@ from pathlib import Path
 
 import psycopg2
 
-from exactly_once_stack import process
-from exactly_once_stack.settings import LOCAL, LOOPBACK, passwords, ports
+from exactly_once_stack import process, tls
+from exactly_once_stack.private import write_private
+from exactly_once_stack.settings import LOCAL, LOOPBACK, TLS, passwords, ports
 
 HOME = LOCAL / "postgres"
 DATA = HOME / "data"
 SOCKETS = HOME / "run"
 LOG = HOME / "server.log"
+# The server's certificate chain and key, copied from .local/tls (root's alone when the stack runs
+# as root) where the server's user reads them; PostgreSQL refuses a key others may read.
+SERVER_TLS = HOME / "tls"
+SERVER_CERT = SERVER_TLS / "server.crt"
+SERVER_KEY = SERVER_TLS / "server.key"
+HBA = DATA / "pg_hba.conf"
+HBA_RULES = """\
+# Written by exactly_once_stack.postgres at every start: an edit here is undone.
+# The Unix socket: the stack's admin path, the superuser only (connect_admin).
+local    all  postgres                trust
+# TCP: TLS with a SCRAM password, for the pipeline's roles and Airflow's, each to its database.
+# No `host` line: a plaintext connection is refused.
+hostssl  pipeline  pipeline,pipeline_job,pipeline_read  127.0.0.1/32  scram-sha-256
+hostssl  airflow   airflow                              127.0.0.1/32  scram-sha-256
+"""
 DATABASES = ("pipeline", "airflow")
+# Group roles (NOLOGIN) that hold a duty's rights, granted by the migrations; a login role per duty.
+GROUP_ROLES = ("exactly_once_job", "exactly_once_read")
+LOGIN_ROLES = {"pipeline_job": "exactly_once_job", "pipeline_read": "exactly_once_read"}
 MARKER = "postgres"
 
 
@@ -55,7 +89,7 @@ def _initdb() -> None:
     HOME.mkdir(parents=True, exist_ok=True)
     SOCKETS.mkdir(exist_ok=True)
     pwfile = HOME / "initdb.pw"
-    pwfile.write_text(passwords()["postgres"] + "\n")
+    write_private(pwfile, passwords()["postgres"] + "\n")  # 0600 from its first byte, then given to postgres
     _give_to_owner(HOME, SOCKETS, pwfile)
     try:
         subprocess.run(_as_owner([
@@ -71,29 +105,100 @@ def connect_admin(database: str = "postgres"):
     return psycopg2.connect(host=str(SOCKETS), port=ports()["postgres"], user="postgres", dbname=database)
 
 
+def _login_role(cur, name: str, *, member_of: str | None = None) -> None:
+    """A login role with its password from settings.passwords(): made if missing, else given
+    that password again (secrets.json is the one source)."""
+    cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
+    if cur.fetchone() is None:
+        cur.execute(f'CREATE ROLE "{name}" LOGIN PASSWORD %s', (passwords()[name],))
+    else:
+        cur.execute(f'ALTER ROLE "{name}" LOGIN PASSWORD %s', (passwords()[name],))
+    if member_of is not None:
+        cur.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (name, member_of))
+        if not cur.fetchone()[0]:
+            cur.execute(f'GRANT "{member_of}" TO "{name}"')
+
+
 def _create_databases() -> None:
+    """The owners and their databases, the least-privilege roles, and who may connect where."""
     with closing(connect_admin()) as conn, conn.cursor() as cur:
         conn.autocommit = True
         for name in DATABASES:
-            cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
-            if cur.fetchone() is None:
-                cur.execute(f'CREATE ROLE "{name}" LOGIN PASSWORD %s', (passwords()[name],))
+            _login_role(cur, name)
             cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
             if cur.fetchone() is None:
                 cur.execute(f'CREATE DATABASE "{name}" OWNER "{name}"')
+        for group in GROUP_ROLES:
+            cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (group,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE ROLE "{group}" NOLOGIN')
+        for login, group in LOGIN_ROLES.items():
+            _login_role(cur, login, member_of=group)
+        # Only the roles meant to connect can (an owner connects to its own database by owning it).
+        cur.execute('REVOKE CONNECT ON DATABASE "pipeline", "airflow" FROM PUBLIC')
+        logins = ", ".join(f'"{login}"' for login in LOGIN_ROLES)
+        cur.execute(f'GRANT CONNECT ON DATABASE "pipeline" TO {logins}')
+
+
+def _install_certificate() -> None:
+    """The server's certificate and key of the stack's CA, copied into SERVER_TLS for the
+    server's user, mode 600 from their first byte."""
+    SERVER_TLS.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_private(SERVER_CERT, TLS.certificate("postgres").read_bytes())
+    write_private(SERVER_KEY, TLS.key("postgres").read_bytes())
+    _give_to_owner(SERVER_TLS, SERVER_CERT, SERVER_KEY)
+
+
+def _configure() -> None:
+    """pg_hba.conf as this checkout has it: TLS only over TCP (HBA_RULES)."""
+    write_private(HBA, HBA_RULES)
+    _give_to_owner(HBA)
+
+
+def _serves_tls_as_configured() -> bool:
+    """The running server has SSL on, this checkout's pg_hba.conf and the current certificate."""
+    try:
+        with closing(connect_admin()) as conn, conn.cursor() as cur:
+            cur.execute("SHOW ssl")
+            ssl_on = cur.fetchone()[0] == "on"
+    except psycopg2.OperationalError:
+        return False
+    current = TLS.certificate("postgres")
+    return (ssl_on and HBA.exists() and HBA.read_text() == HBA_RULES and SERVER_CERT.exists()
+            and current.exists() and SERVER_CERT.read_bytes() == current.read_bytes())
+
+
+def _server_options() -> str:
+    """The server's settings on its command line (pg_ctl -o), above postgresql.conf and
+    postgresql.auto.conf: a data directory of any age serves TLS."""
+    settings = {
+        "port": ports()["postgres"], "listen_addresses": LOOPBACK, "unix_socket_directories": SOCKETS,
+        "max_connections": 200, "ssl": "on", "ssl_cert_file": SERVER_CERT, "ssl_key_file": SERVER_KEY,
+        "ssl_min_protocol_version": "TLSv1.2", "password_encryption": "scram-sha-256",
+        # The socket trusts the superuser: only the server's OS user (and root) may open it.
+        "unix_socket_permissions": "0700",
+    }
+    # pg_ctl runs the server through a shell: quoted for it.
+    return " ".join(f"-c {shlex.quote(f'{name}={value}')}" for name, value in settings.items())
 
 
 def start() -> bool:
-    """Starts the server (initialising it first if needed). False if it already ran."""
+    """Starts the server (initialising it first if needed), its roles and databases made if
+    missing. False if it already ran as this checkout configures it; a server that runs
+    without TLS (started by an older checkout) is stopped and started again."""
+    tls.ensure(TLS)  # the stack's CA and the server's certificate, made if missing or due for renewal
     if pid() is not None:
-        return False
+        if _serves_tls_as_configured():
+            _create_databases()  # roles a newer checkout adds, on a server that already runs
+            return False
+        stop()
     if not initialised():
         _initdb()
-    port = ports()["postgres"]
+    _install_certificate()
+    _configure()
     subprocess.run(_as_owner([
         str(bin_dir() / "pg_ctl"), "start", "-D", str(DATA), "-l", str(LOG), "-w", "-t", "60",
-        "-o", f"-c port={port} -c listen_addresses={LOOPBACK} -c unix_socket_directories={SOCKETS}"
-              " -c max_connections=200",
+        "-o", _server_options(),
     ]), check=True, stdout=subprocess.DEVNULL)
     _create_databases()
     return True

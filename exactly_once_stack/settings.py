@@ -2,7 +2,8 @@
 
 `environment()` is the single source of every variable the project's tools read on the
 local stack: Airflow's settings and connections (AIRFLOW_*, among them the pipeline's
-connections pipeline_db, kafka_default, spark_default, schema_registry_default), SPARK_*, and LOCAL_CLIENTS;
+connections pipeline_db, pipeline_db_job, pipeline_db_read, kafka_default, spark_default,
+schema_registry_default), SPARK_*, PGSSLROOTCERT, and LOCAL_CLIENTS;
 `.local/env.sh` is written from it for shells. Airflow settings that do not depend on
 the deployment come from deploy/airflow.env, which docker-compose.yaml reads too.
 """
@@ -17,7 +18,9 @@ import shlex
 import shutil
 import socket
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
+from exactly_once_stack.private import write_private
 from exactly_once_stack.tls import TlsFiles
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,8 +69,7 @@ def _json_file(path: Path, names: tuple[str, ...], make: callable) -> dict:
         kept[name] = make(name, kept)
     if missing:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(kept, indent=2) + "\n")
-        path.chmod(0o600)
+        write_private(path, json.dumps(kept, indent=2) + "\n")  # 0600 from its first byte
     return kept
 
 
@@ -95,6 +97,9 @@ def ports() -> dict[str, int]:
 SECRETS = {
     "postgres": lambda: secrets.token_urlsafe(18),
     "pipeline": lambda: secrets.token_urlsafe(18),
+    # The least-privilege login roles (exactly_once_stack.postgres): the Spark job's, the readers'.
+    "pipeline_job": lambda: secrets.token_urlsafe(18),
+    "pipeline_read": lambda: secrets.token_urlsafe(18),
     "airflow": lambda: secrets.token_urlsafe(18),
     "airflow_admin": lambda: secrets.token_urlsafe(12),
     "kafka_pipeline": lambda: secrets.token_urlsafe(18),
@@ -109,9 +114,26 @@ def passwords() -> dict[str, str]:
     return _json_file(LOCAL / "secrets.json", tuple(SECRETS), lambda name, _kept: SECRETS[name]())
 
 
-def db_url(database: str, scheme: str = "postgresql") -> str:
-    """A URI for `database`, whose owner role has the same name."""
-    return f"{scheme}://{database}:{passwords()[database]}@{LOOPBACK}:{ports()['postgres']}/{database}"
+def postgres_tls() -> dict[str, str]:
+    """libpq's parameters with which every client of the stack's PostgreSQL checks its certificate:
+    signed by the stack's CA (a file path on this machine) and naming the host it dialled."""
+    return {"sslmode": "verify-full", "sslrootcert": str(TLS.ca)}
+
+
+def db_url(database: str, scheme: str = "postgresql", login: str | None = None) -> str:
+    """A URI for `database` over TLS (`postgres_tls()`), as `login` (by default its owner role,
+    which has the database's name); psycopg2 through SQLAlchemy takes the same query."""
+    login = login or database
+    return (f"{scheme}://{login}:{quote(passwords()[login], safe='')}@{LOOPBACK}:{ports()['postgres']}/{database}"
+            f"?{urlencode(postgres_tls(), safe='/')}")
+
+
+def pipeline_db_connection(login: str = "pipeline") -> dict:
+    """An Airflow connection (type `postgres`) to the pipeline database as `login`, its extra
+    the TLS check (`postgres_tls()`): pipeline_db (the owner role `pipeline`, the commit role),
+    pipeline_db_job (`pipeline_job`), pipeline_db_read (`pipeline_read`)."""
+    return {"conn_type": "postgres", "host": LOOPBACK, "port": ports()["postgres"],
+            "login": login, "password": passwords()[login], "schema": "pipeline", "extra": postgres_tls()}
 
 
 def kafka_connection() -> dict:
@@ -169,10 +191,6 @@ def environment() -> dict[str, str]:
     port = ports()
     pw = passwords()
     api = f"http://{LOOPBACK}:{port['airflow_api']}"
-    pipeline_db = {
-        "conn_type": "postgres", "host": LOOPBACK, "port": port["postgres"],
-        "login": "pipeline", "password": pw["pipeline"], "schema": "pipeline",
-    }
     return {
         "JAVA_HOME": java_home(),
         "KAFKA_BOOTSTRAP_SERVERS": f"{LOOPBACK}:{port['kafka']}",
@@ -191,12 +209,20 @@ def environment() -> dict[str, str]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(AIRFLOW_HOME / "passwords.json"),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api}/execution/",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url("airflow", "postgresql+psycopg2"),
+        # Airflow's async engine (asyncpg, which takes no sslmode/sslrootcert in the URL): ssl=verify-full
+        # with the CA from PGSSLROOTCERT, the one place asyncpg reads it from (libpq reads it too).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": (
+            f"postgresql+asyncpg://airflow:{quote(pw['airflow'], safe='')}@{LOOPBACK}:{port['postgres']}/airflow"
+            "?ssl=verify-full"),
+        "PGSSLROOTCERT": str(TLS.ca),
         "AIRFLOW__API__HOST": LOOPBACK,
         "AIRFLOW__API__PORT": str(port["airflow_api"]),
         "AIRFLOW__API__BASE_URL": api,
         "AIRFLOW__API_AUTH__JWT_SECRET": pw["jwt_secret"],
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_connection(spark_mode())),
-        "AIRFLOW_CONN_PIPELINE_DB": json.dumps(pipeline_db),
+        "AIRFLOW_CONN_PIPELINE_DB": json.dumps(pipeline_db_connection("pipeline")),
+        "AIRFLOW_CONN_PIPELINE_DB_JOB": json.dumps(pipeline_db_connection("pipeline_job")),
+        "AIRFLOW_CONN_PIPELINE_DB_READ": json.dumps(pipeline_db_connection("pipeline_read")),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka_connection()),
         "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps(schema_registry_connection()),
     }
@@ -213,6 +239,5 @@ def write_env_sh() -> Path:
     lines = ["# Written by `python -m exactly_once_stack up`; source it from the project root.",
              f"export PATH={shlex.quote(str(VENV / 'bin'))}:\"$PATH\""]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in environment().items()]
-    ENV_SH.write_text("\n".join(lines) + "\n")
-    ENV_SH.chmod(0o600)
+    write_private(ENV_SH, "\n".join(lines) + "\n")  # it holds the passwords: 0600 from its first byte
     return ENV_SH

@@ -1,10 +1,12 @@
 """The local stack's private certificate authority and the certificates it signs.
 
-`ensure()` makes, once per checkout, into .local/tls (settings.TLS) a CA and four leaf
-certificates for the Kafka broker's TLS listeners: `broker` (IP 127.0.0.1, DNS localhost),
+`ensure()` makes, once per checkout, into .local/tls (settings.TLS) a CA and five leaf
+certificates: four for the Kafka broker's TLS listeners, `broker` (IP 127.0.0.1, DNS localhost),
 `broker-expired` (same names, expired), `broker-other-host` (only DNS kafka.other-host.example)
-and `client` (CN=pipeline, for mutual TLS). They are kept and reused; only what is missing,
-or a certificate meant to be valid that expires within 30 days, is made again. `make_ca()`
+and `client` (CN=pipeline, for mutual TLS); and `postgres` (IP 127.0.0.1, DNS localhost), the
+local PostgreSQL server's, which its clients check with `sslmode=verify-full`. They are kept
+and reused; only what is missing, or a certificate meant to be valid that expires within 30
+days, is made again. `make_ca()`
 and `make_leaf()` make the same into any folder (the tests make an unrelated CA with them).
 
 Each leaf is three files: `<name>.key` (its private key), `<name>.pem` (its certificate and
@@ -74,12 +76,14 @@ class Leaf:
     expired: bool = False  # expired on purpose: the tests' refusal of an expired certificate
 
 
-BROKER_NAMES = {"dns": ("localhost",), "ips": ("127.0.0.1",)}
+# The names a client on this machine reaches the broker and PostgreSQL by: verify-full checks them.
+LOOPBACK_NAMES = {"dns": ("localhost",), "ips": ("127.0.0.1",)}
 STACK_LEAVES = {
-    "broker": Leaf("localhost", **BROKER_NAMES),
-    "broker-expired": Leaf("localhost", **BROKER_NAMES, expired=True),
+    "broker": Leaf("localhost", **LOOPBACK_NAMES),
+    "broker-expired": Leaf("localhost", **LOOPBACK_NAMES, expired=True),
     "broker-other-host": Leaf("kafka.other-host.example", dns=("kafka.other-host.example",)),
     "client": Leaf("pipeline", client=True),
+    "postgres": Leaf("localhost", **LOOPBACK_NAMES),
 }
 
 

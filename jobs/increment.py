@@ -1,6 +1,7 @@
 """The spark-submit entry of one checkpoint attempt (`exactly_once.spark.job` says what it does):
 
-    spark-submit --py-files CODE.zip jobs/increment.py --pipeline NAME --checkpoint-id N --attempt T --settings FILE
+    spark-submit --py-files CODE.zip jobs/increment.py --pipeline NAME --checkpoint-id N --attempt T --settings FILE \
+        --report FILE
 
 The library and the pipeline's transform come from the code archive the submitting task
 builds (`exactly_once.spark.shipping`), on the driver and on every executor.

@@ -70,6 +70,16 @@ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
 WHERE i.indrelid = to_regclass(%(table)s) AND i.indisunique AND i.indpred IS NULL
 GROUP BY i.indexrelid;
 
+-- name: job_needs_schema_usage
+-- Whether the job role still needs the schema's USAGE, and the commit role owns the schema and can grant it.
+SELECT NOT has_schema_privilege('exactly_once_job', n.oid, 'USAGE') AND pg_has_role(n.nspowner, 'USAGE')
+FROM pg_namespace n WHERE n.nspname = %(schema)s;
+
+-- name: grant_schema_usage
+-- The job role reads a final table's columns and constraints from the catalog by its name,
+-- which takes the schema's USAGE; it holds no right on the table itself.
+GRANT USAGE ON SCHEMA {schema} TO exactly_once_job;
+
 -- name: create_staging
 -- Insert-only, a pre-committed attempt's rows frozen (sql/migrations/0009_commit_stalls_and_frozen_staging.sql).
 CREATE TABLE IF NOT EXISTS {staging} (LIKE {final}, checkpoint_id bigint NOT NULL, attempt int NOT NULL);
@@ -80,6 +90,8 @@ CREATE OR REPLACE TRIGGER frozen_deletes AFTER DELETE ON {staging} REFERENCING O
     FOR EACH STATEMENT EXECUTE FUNCTION exactly_once.freeze_precommitted_staging();
 CREATE OR REPLACE TRIGGER no_updates BEFORE UPDATE ON {staging}
     FOR EACH STATEMENT EXECUTE FUNCTION exactly_once.freeze_precommitted_staging();
+-- The job role inserts (sql/migrations/0011_roles_by_duty.sql).
+GRANT SELECT, INSERT ON {staging} TO exactly_once_job;
 
 -- name: staged_summary
 -- Row count of one attempt's staging rows. Writers only ever add rows (only the ledger
@@ -109,12 +121,15 @@ WHERE k.id = s.checkpoint_id AND k.pipeline = %(pipeline)s
   AND NOT (k.state = 'running' AND abs(s.attempt) = k.attempt)
   AND NOT (k.state IN ('precommitted', 'stalled') AND s.attempt = coalesce(k.precommitted_attempt, 0));
 
+-- name: lock_checkpoint
+-- For the rest of the transaction (the Spark job's role reads a checkpoint without it).
+SELECT FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s FOR UPDATE;
+
 -- name: checkpoint
 SELECT id, dag_run_id, state::text, attempt, interval_start, interval_end, lease_until,
        precommitted_attempt, staged, records, reason, replays, commit_failures
 FROM exactly_once.checkpoints
-WHERE id = %(checkpoint_id)s AND pipeline = %(pipeline)s
-FOR UPDATE;
+WHERE id = %(checkpoint_id)s AND pipeline = %(pipeline)s;
 
 -- name: attempt
 SELECT checkpoint_id, attempt, state::text, reason, retryable
@@ -219,6 +234,25 @@ UPDATE exactly_once.checkpoints
 SET state = 'running', attempt = attempt + 1, lease_until = %(lease_until)s, reason = NULL
 WHERE id = %(checkpoint_id)s
 RETURNING attempt;
+
+-- name: forget_trial_promotions
+-- An attempt's trial promotions, once a new attempt starts or the checkpoint is committed or released.
+DELETE FROM exactly_once.trial_promotions WHERE checkpoint_id = %(checkpoint_id)s;
+
+-- name: insert_trial_promotion
+INSERT INTO exactly_once.trial_promotions (checkpoint_id, tag, position, sink, statement)
+VALUES (%(checkpoint_id)s, %(tag)s, %(position)s, %(sink)s, %(promotion)s);
+
+-- name: trial_promote
+SELECT refused_by, refused_state, refused_message
+FROM exactly_once.trial_promote(%(checkpoint_id)s, %(tag)s, %(sinks)s, %(token)s);
+
+-- name: discard_staged
+SELECT exactly_once.discard_staged(%(staging)s::regclass, %(checkpoint_id)s, %(tag)s, %(token)s);
+
+-- name: attempt_token
+-- The secret the attempt's job shows the ledger's staging functions (sql/migrations/0011_roles_by_duty.sql).
+SELECT exactly_once.attempt_token(%(checkpoint_id)s, %(attempt)s);
 
 -- name: insert_attempt
 INSERT INTO exactly_once.attempts (checkpoint_id, attempt, started_at, config_version)

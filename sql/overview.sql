@@ -8,11 +8,15 @@ WHERE name = %(pipeline)s AND dag_id IS DISTINCT FROM %(dag_id)s;
 -- name: pipeline_dags
 SELECT name, dag_id FROM exactly_once.pipelines ORDER BY name;
 
+-- name: reason_kind
+-- A dead letter's kind of reason: its numbers of two digits or more (values of the record: a
+-- price, a length, a timestamp) are one kind, but for a type's (as in numeric(12,2) or
+-- varchar(255)), and its text is cut.
+left(regexp_replace(reason, '\m([0-9]{2,}|[0-9]+\.[0-9]+)(\.[0-9]+)*\M(?![,)])', '#', 'g'), %(characters)s)
+
 -- name: dead_letter_reasons
--- Dead letters per kind of reason, the most frequent %(limit)s kinds: a reason's numbers
--- of two digits or more (values of the record: a price, a length, a timestamp) are one
--- kind (`#`), but for a type's (`numeric(12,2)`, `varchar(255)`), and its text is cut.
-SELECT left(regexp_replace(reason, '\m([0-9]{2,}|[0-9]+\.[0-9]+)(\.[0-9]+)*\M(?![,)])', '#', 'g'), %(characters)s) AS kind, count(*)
+-- Dead letters per kind of reason, the most frequent kinds.
+SELECT {reason_kind} AS kind, count(*)
 FROM exactly_once.dead_letters
 WHERE pipeline = %(pipeline)s
 GROUP BY kind
@@ -21,7 +25,12 @@ LIMIT %(limit)s;
 
 -- name: newest_dead_letters
 -- The newest dead letters, the first bytes of each value only (a value may be megabytes).
-SELECT topic, partition, "offset", reason, checkpoint_id, committed_at, substring(value FROM 1 FOR %(bytes)s),
+-- Unless the reader may see record values (payloads), no byte of the value and not the
+-- reason itself but its kind.
+SELECT topic, partition, "offset",
+       CASE WHEN %(payloads)s THEN reason ELSE {reason_kind} END,
+       checkpoint_id, committed_at,
+       CASE WHEN %(payloads)s THEN substring(value FROM 1 FOR %(bytes)s) END,
        octet_length(value)
 FROM exactly_once.dead_letters
 WHERE pipeline = %(pipeline)s

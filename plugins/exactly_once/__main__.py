@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_check(target: str) -> int:
     """Prints each pipeline's report; 1 when any has a problem (or none could be loaded)."""
     from exactly_once import connections as airflow_connections
+    from exactly_once.operate import privileges
 
     airflow_connections.read_from_metadata_database()
     connections = airflow_connections.connection_problems()
@@ -99,8 +100,10 @@ def run_check(target: str) -> int:
         print(report(unusable.problem.subject, [*connections, unusable.problem]))
         return 1
     failed = False
+    rights = (lambda config: []) if ledger_unreachable else \
+        (lambda config: privileges.problems(config, airflow_connections.defined_connector))
     for config in configs:
-        problems = [*connections, *pipeline_problems(config, kafka, connect)]
+        problems = [*connections, *pipeline_problems(config, kafka, connect), *rights(config)]
         print(report(f"pipeline {config.name!r}", problems))
         failed = failed or bool(problems)
     return 1 if failed else 0

@@ -24,7 +24,9 @@ from exactly_once.kafka_client import KafkaClient
 from exactly_once.problems import Problem
 from exactly_once.schema_registry import URL, SchemaRegistry
 
-PIPELINE_DB = "pipeline_db"
+PIPELINE_DB = "pipeline_db"            # the commit role: the tasks (the ledger, promotion into the final tables)
+PIPELINE_DB_JOB = "pipeline_db_job"    # the job role: the Spark job (staging inserts; README, "Roles by duty")
+PIPELINE_DB_READ = "pipeline_db_read"  # the read role: status and the pipelines view
 KAFKA = "kafka_default"
 SPARK = "spark_default"
 T = TypeVar("T")
@@ -81,6 +83,11 @@ def connector(conn_id: str = PIPELINE_DB):
     return lambda: psycopg2.connect(**parameters)
 
 
+def defined_connector(conn_id: str):
+    """`connector(conn_id)`, or None when the connection is not defined."""
+    return connector(conn_id) if _defined(conn_id) else None
+
+
 def kafka_client(conn_id: str = KAFKA) -> KafkaClient:
     """The connection's client config; ConfigError naming the connection unless both the
     planner and Spark's Kafka source can use it."""
@@ -119,7 +126,7 @@ def schema_registry_problems(source: Source) -> list[Problem]:
                                    if name != NO_KEY for problem in format_of(name).problems(source.encoded(part, registry))]
 
 
-def connection_problems(conn_ids: tuple[str, ...] = (PIPELINE_DB, KAFKA, SPARK)) -> list[Problem]:
+def connection_problems(conn_ids: tuple[str, ...] = (PIPELINE_DB, PIPELINE_DB_JOB, KAFKA, SPARK)) -> list[Problem]:
     """The pipeline's Airflow connections that are not defined or cannot be used, and the
     pipeline database's refusal of its connection (PostgreSQL's words, which never quote the
     password). A database that did not answer, or refused for a reason that may pass (too
@@ -133,22 +140,40 @@ def connection_problems(conn_ids: tuple[str, ...] = (PIPELINE_DB, KAFKA, SPARK))
             kafka_client()
         except ConfigError as unusable:
             problems.append(Problem("Kafka", str(unusable)))
-    if PIPELINE_DB in conn_ids and PIPELINE_DB not in undefined:
-        try:
-            connector()().close()
-        except psycopg2.OperationalError as refused:
-            said = " ".join(str(refused).split())
-            problems.append(Problem(f"connection {PIPELINE_DB!r}", f"the pipeline database refuses it: {said}",
-                                    passing=not any(lasting in said for lasting in LASTING_REFUSALS)))
-        except psycopg2.ProgrammingError as unusable:  # e.g. an extra that is no libpq parameter
-            said = " ".join(str(unusable).split())
-            problems.append(Problem(f"connection {PIPELINE_DB!r}", f"libpq refuses it: {said}"))
+    for database in (PIPELINE_DB, PIPELINE_DB_JOB):
+        if database in conn_ids and database not in undefined:
+            problems += database_problems(database)
     return problems
 
 
+def database_problems(conn_id: str = PIPELINE_DB) -> list[Problem]:
+    """The pipeline database's refusal of a connection to it, naming the connection: [] if
+    it connects. A server certificate the connection's sslrootcert does not trust is said so."""
+    try:
+        connector(conn_id)().close()
+    except psycopg2.OperationalError as refused:
+        said = " ".join(str(refused).split())
+        if UNTRUSTED_CERTIFICATE in said:
+            root = _pipeline_db_parameters(conn_id).get("sslrootcert", "libpq's default, ~/.postgresql/root.crt")
+            return [Problem(f"connection {conn_id!r}", "the pipeline database's server certificate is not trusted: "
+                                                       f"no CA in its sslrootcert ({root}) signed it: {said}")]
+        return [Problem(f"connection {conn_id!r}", f"the pipeline database refuses it: {said}",
+                        passing=not any(lasting in said for lasting in LASTING_REFUSALS))]
+    except psycopg2.ProgrammingError as unusable:  # e.g. an extra that is no libpq parameter
+        said = " ".join(str(unusable).split())
+        return [Problem(f"connection {conn_id!r}", f"libpq refuses it: {said}")]
+    return []
+
+
 # What PostgreSQL says (libpq gives no SQLSTATE at connect) when a login cannot work as it is
-# configured: a wrong password or user, a database that does not exist, no pg_hba.conf entry.
-LASTING_REFUSALS = ("authentication failed", "does not exist", "pg_hba.conf", "permission denied")
+# configured: a wrong password or user, a database that does not exist, no pg_hba.conf entry;
+# and what libpq says when TLS cannot work as configured: a server certificate that does not
+# name the host (sslmode=verify-full), an sslrootcert, sslcert or sslkey it cannot read, a
+# server without TLS when sslmode requires it.
+UNTRUSTED_CERTIFICATE = "certificate verify failed"
+LASTING_REFUSALS = ("authentication failed", "does not exist", "pg_hba.conf", "permission denied",
+                    UNTRUSTED_CERTIFICATE, "does not match host name", "certificate file", "private key file",
+                    "does not support SSL")
 
 
 def _defined(conn_id: str) -> bool:

@@ -35,6 +35,17 @@ class AttemptFailed(PipelineError):
         self.retryable = retryable  # type: ignore[misc]  # per instance: the attempt's recorded verdict
 
 
+class JobFailure(PipelineError):
+    """How a Spark job's attempt failed, as the job reports it to the task that started it
+    (which records it on the attempt: the job's role writes no ledger row): its error's text
+    and whether a retry may help."""
+
+    def __init__(self, reason: str, retryable: bool):
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable  # type: ignore[misc]  # per instance: the job's verdict
+
+
 class ConfigError(Permanent, ValueError):
     """A pipeline configuration (or an operator's command) that cannot be used; the message
     names the field."""

@@ -30,6 +30,15 @@ ENVIRONMENT_SPARK_ERRORS = ("[KAFKA_DATA_LOSS",)
 Ask = Callable[[str], "BaseException | None"]
 
 
+class DatabaseRefusal(Exception):
+    """A statement's refusal that reached the caller as values (SQLSTATE, message) rather
+    than as a driver's exception: what the trial promotion function returns."""
+
+    def __init__(self, pgcode: str, message: str):
+        super().__init__(message)
+        self.pgcode, self.message = pgcode, message
+
+
 def record_failure(error: BaseException, ask: Ask | None = None) -> tuple[str, str] | None:
     """(SQLSTATE, message) of an error a record can cause; None for any other error. `ask`
     runs on the database the statement of a JDBC batch a Spark Connect error says was
@@ -46,6 +55,8 @@ def raised_by_user_code(state: str) -> bool:
 
 
 def _sqlstate(error: BaseException, ask: Ask | None = None) -> tuple[str | None, str]:
+    if isinstance(error, DatabaseRefusal):
+        return error.pgcode, error.message
     diag = getattr(error, "diag", None)  # psycopg2
     if diag is not None:
         return getattr(error, "pgcode", None), (diag.message_primary or str(error)).strip()

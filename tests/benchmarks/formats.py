@@ -39,7 +39,7 @@ from exactly_once_demo.produce import SKUS, produce
 from exactly_once_stack import lifecycle
 from exactly_once_stack.settings import LOCAL, process_environment
 from tests.benchmarks import copies
-from tests.benchmarks.spark_app import submit
+from tests.benchmarks.spark_app import increment_job
 from tests.benchmarks.throughput import JOB, PER_TRANSACTION
 from tests.spark.avro_orders import REGISTRY, registry_client
 
@@ -80,15 +80,15 @@ def checkpoint(fmt: str, topic: str, repetition: int, servers: str, db_url: str,
     copies.create_demo_tables(db_url, name)
     ledger = Ledger(config, lambda: psycopg2.connect(db_url))
     ledger.register()
-    settings = JobSettings(db_url, KafkaClient.at(servers), connections.schema_registry(REGISTRY))
+    settings = JobSettings(connections.pipeline_db_url(connections.PIPELINE_DB_JOB), KafkaClient.at(servers),
+                           connections.schema_registry(REGISTRY))
     started = time.perf_counter()
     with KafkaOffsets(KafkaClient.at(servers)) as kafka:
         checkpoint_id = tasks.begin_checkpoint(ledger, kafka, "benchmark", None, datetime.now(timezone.utc)
                                                ).checkpoint.id
     jobs = []
     with settings.written() as settings_file:
-        tasks.run_increment(ledger, checkpoint_id, lambda arguments: jobs.append(
-            submit(JOB, [*arguments, "--settings", str(settings_file)], folder / f"{name}.log")))
+        tasks.run_increment(ledger, checkpoint_id, increment_job(JOB, settings_file, folder / f"{name}.log", jobs))
     if tasks.commit_checkpoint(ledger, checkpoint_id, try_number=1) is not Outcome.COMMITTED:
         raise AssertionError(f"{name}: checkpoint {checkpoint_id} not committed")
     seconds = time.perf_counter() - started

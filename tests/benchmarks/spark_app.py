@@ -69,3 +69,15 @@ def _high_water_mark(pid: int) -> tuple[str, int]:
     name = fields.get("Name", "").strip()
     kind = "python" if name.startswith("python") else name
     return kind, int(fields.get("VmHWM", "0 kB").split()[0]) * 1024
+
+
+def increment_job(job: Path, settings: Path, log: Path, runs: list[SparkRun]):
+    """An `execute` for `tasks.run_increment`: the increment job submitted with its settings
+    file, its run kept in `runs`, what it staged returned for the task to pre-commit."""
+    from exactly_once.spark.report import AttemptReport
+
+    def execute(arguments: list[str]) -> AttemptReport:
+        run = submit(job, [*arguments, "--settings", str(settings)], log)
+        runs.append(run)
+        return AttemptReport(**run.report)
+    return execute

@@ -33,6 +33,7 @@ import psycopg2
 from psycopg2 import sql
 
 from exactly_once import faults
+from exactly_once.connections import PIPELINE_DB_JOB, pipeline_db_url
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
@@ -45,7 +46,7 @@ from exactly_once_demo.produce import produce
 from exactly_once_stack.settings import ROOT
 from tests.benchmarks import copies
 from tests.benchmarks.copies import Q
-from tests.benchmarks.spark_app import SparkRun, submit
+from tests.benchmarks.spark_app import SparkRun, increment_job, submit
 
 JOB = ROOT / "jobs" / "increment.py"
 PEERS = Path(__file__).with_name("peers.py")
@@ -185,10 +186,11 @@ class Bench:
         """The checkpoint's increment and commit: (its job, the time around the job, the commit's
         transaction, the clean-up after it, the staged rows per table)."""
         jobs = []
-        settings = JobSettings(self.db_url, KafkaClient.at(self.servers))  # as IncrementOperator hands them over
+        # As IncrementOperator hands them over: the job role's database connection.
+        settings = JobSettings(pipeline_db_url(PIPELINE_DB_JOB), KafkaClient.at(self.servers))
         with Stopwatch() as increment, settings.written() as settings_file:
-            tasks.run_increment(self.ledger, checkpoint_id, lambda arguments: jobs.append(
-                submit(JOB, [*arguments, "--settings", str(settings_file)], self.folder / "increment.log")))
+            tasks.run_increment(self.ledger, checkpoint_id,
+                                increment_job(JOB, settings_file, self.folder / "increment.log", jobs))
         staged = self.save_staging(checkpoint_id)
         with Stopwatch() as commit:
             outcome = tasks.commit_checkpoint(self.ledger, checkpoint_id, try_number=1)

@@ -27,9 +27,11 @@ from exactly_once_stack.settings import SPARK_CONF_DIR, TLS, environment, passwo
 from tests.dags.test_orders_exactly_once import dags_test
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
 
-# The processes of a job: spark-submit's JVM and the Python driver (jobs/increment.py), the
-# Python workers Spark forks, a Spark Connect server.
-JOB_PROCESSES = ("jobs/increment.py", "pyspark.daemon", "pyspark/daemon", "SparkConnectServer")
+# The processes of a job: spark-submit's JVM and the Python driver (jobs/increment.py), a
+# Spark Connect client's process (exactly_once.spark.job), the Python workers Spark forks, a
+# Spark Connect server.
+JOB_PROCESSES = ("jobs/increment.py", "exactly_once.spark.job", "pyspark.daemon", "pyspark/daemon",
+                 "SparkConnectServer")
 
 
 def test_the_demo_commits_exactly_once_over_sasl_ssl_with_the_stacks_private_ca(fresh_demo, kafka_servers, tmp_path):

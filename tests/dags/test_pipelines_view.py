@@ -2,16 +2,21 @@
 `airflow dags test` and beside a stalled pipeline, read in Debian's chromium as a person sees
 it: each figure on the page equals what SQL on the ledger (and Kafka, for the lag) says; the
 stalled pipeline comes first; a checkpoint links to its DAG run. Without a valid Airflow login
-or token the app answers 401/403. Screenshots go to .local/artifacts/ui/.
+or token the app answers 401/403. With `[exactly_once] show_payloads` on, the admin (who may
+edit the DAG) sees the dead letters' first bytes, as the ledger holds them; a read-only user
+(role viewer) sees no byte of them. Screenshots go to .local/artifacts/ui/.
 """
 
 from __future__ import annotations
 
+import json
+import secrets
 import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 from urllib.parse import quote, urlparse
 
 import psycopg2
@@ -22,27 +27,36 @@ from playwright.sync_api import expect
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
-from exactly_once.operate.overview import REASON_CHARACTERS, REASON_KINDS
+from exactly_once.operate.overview import PREVIEW_BYTES, REASON_CHARACTERS, REASON_KINDS, preview
 from exactly_once.sqlfiles import named
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import produce
 from exactly_once_stack import airflow
+from exactly_once_stack.private import write_private
 from exactly_once_stack.settings import ROOT, environment, passwords, process_environment
 from tests.dags.test_orders_exactly_once import dags_test
 from tests.dags.test_ui import SHOTS, Ui
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
 
 VIEW = "/exactly-once"
+VIEWER = "viewer"  # a user who may read every DAG and edit none (the simple auth manager's role viewer)
 
 
 @contextmanager
-def the_ui() -> Iterator[str]:
+def the_ui(folder: Path, viewer_password: str) -> Iterator[str]:
     """The api-server (with the plugin) and the other services, on the project's DAGs folder,
-    with the demo DAG paused: the scheduler must not run it beside `airflow dags test`."""
+    with the demo DAG paused: the scheduler must not run it beside `airflow dags test`. The
+    dead letters' record values switched on, and a read-only user beside the admin (in a
+    passwords file of the test's, 0600): this test starts the api-server with them."""
     subprocess.run(["airflow", "dags", "pause", "orders_exactly_once"], env=process_environment(), cwd=ROOT,
                    capture_output=True, timeout=120)  # fails harmlessly while no run registered the DAG
-    started = airflow.start_services()
+    logins = write_private(folder / "passwords.json",
+                           json.dumps({"admin": passwords()["airflow_admin"], VIEWER: viewer_password}))
+    started = airflow.start_services(AIRFLOW__EXACTLY_ONCE__SHOW_PAYLOADS="True",
+                                     AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"admin:admin,{VIEWER}:viewer",
+                                     AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(logins))
     try:
+        assert "api-server" in started, "an Airflow api-server runs already: stop it (this test starts its own)"
         yield environment()["AIRFLOW__API__BASE_URL"]
     finally:
         airflow.stop_services(started)
@@ -97,15 +111,45 @@ def check_the_logins(airflow_ui: str) -> None:
     assert answer.status_code == 200 and isinstance(answer.json(), list)
 
 
-def test_the_view_refuses_without_a_login_and_shows_what_the_ledger_says(fresh_demo, kafka_servers, page):
+def check_who_sees_record_values(airflow_ui: str, db_url: str, viewer_password: str) -> None:
+    """Switched on: the admin, who may edit the DAG, sees each newest dead letter's first bytes as
+    the ledger holds them; the read-only user sees the same dead letters without a byte of them
+    (JSON and page), on every pipeline."""
+    def token(username: str, password: str) -> dict:
+        answer = requests.post(f"{airflow_ui}/auth/token", json={"username": username, "password": password},
+                               timeout=30)
+        assert answer.status_code in (200, 201), answer.text
+        return {"Authorization": f"Bearer {answer.json()['access_token']}"}
+
+    def orders(headers: dict) -> dict:
+        answer = requests.get(f"{airflow_ui}{VIEW}/api/pipelines", headers=headers, timeout=120)
+        assert answer.status_code == 200, answer.text
+        return next(o for o in answer.json() if o["status"]["name"] == "orders")
+
+    values = query(db_url, "SELECT value FROM exactly_once.dead_letters WHERE pipeline = 'orders' "
+                           "ORDER BY committed_at DESC, topic, partition, \"offset\" DESC LIMIT 10")
+    shown = [d["preview"] for d in orders(token("admin", passwords()["airflow_admin"]))["newest_dead_letters"]]
+    assert shown == [preview(None if v is None else bytes(v)[:PREVIEW_BYTES]) for v, in values]
+    assert any(shown)
+    viewer = token(VIEWER, viewer_password)
+    newest = orders(viewer)["newest_dead_letters"]
+    assert len(newest) == len(values) and all(d["preview"] is None for d in newest)
+    html = requests.get(f"{airflow_ui}{VIEW}/", headers=viewer, timeout=120).text
+    assert 'data-field="preview"' not in html and "\\x5cu0000" not in html  # no preview, not the poison's
+    assert 'data-field="preview-not-shown"' in html and 'data-field="previews-rule"' in html
+
+
+def test_the_view_refuses_without_a_login_and_shows_what_the_ledger_says(fresh_demo, kafka_servers, page, tmp_path):
     produce(kafka_servers, 1000)  # a checkpoint with malformed and poison records among 1,000 orders
     run = dags_test(datetime.now(timezone.utc))
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
     stalled, stalled_checkpoint = stall_a_pipeline(fresh_demo, kafka_servers)
     produce(kafka_servers, 100)  # not read yet: lag
-    with the_ui() as base:
+    viewer_password = secrets.token_urlsafe(12)
+    with the_ui(tmp_path, viewer_password) as base:
         check_the_logins(base)
+        check_who_sees_record_values(base, fresh_demo, viewer_password)
         read_the_view(page, fresh_demo, kafka_servers, stalled, stalled_checkpoint)
 
 

@@ -22,7 +22,7 @@ from psycopg2 import sql
 from exactly_once.ledger.tables import DEAD_LETTERS, staging_tables
 from exactly_once_stack import kafka, postgres, spark_cluster
 from exactly_once_stack.process import alive
-from tests.faults.world import ALL_TRIES, TASK_TIMEOUT, Run, Verdict, World, finished, wait_for
+from tests.faults.world import ALL_TRIES, JOB_MARKER, TASK_TIMEOUT, Run, Verdict, World, finished, wait_for
 
 ORDERS = 4000  # 8 transactions of 500 (the 7th aborted), 4 malformed orders
 
@@ -199,11 +199,11 @@ def zombie_attempt(world: World, reprocess: bool = False) -> Findings:
     checkpoint = ["--checkpoint-id", str(run.checkpoint)]
     zombie, log = world.start("increment", checkpoint, run, 1, "increment.before_write=sleep:5")
     wait_for(log, "fault injected at increment.before_write", zombie)
-    # The task and its driver paused (over Spark Connect the task is the driver): given up
-    # for dead, as a worker that stopped heartbeating is; the task keeps reading the
-    # driver's output once resumed.
-    drivers = [] if world.spark == "connect" else world.signal_attempt(run.checkpoint, 1, signal.SIGSTOP)
-    paused = [(pid, "increment.py") for pid in drivers]
+    # The task and its job's processes paused (the driver, or the Spark Connect client's
+    # process): given up for dead, as a worker that stopped heartbeating is; the task keeps
+    # reading the job's output once resumed.
+    drivers = world.signal_attempt(run.checkpoint, 1, signal.SIGSTOP)
+    paused = [(pid, JOB_MARKER) for pid in drivers]
     os.kill(zombie.pid, signal.SIGSTOP)
     paused.append((zombie.pid, "tests.faults.task"))
     retry = world.task("increment", checkpoint, run, 2)

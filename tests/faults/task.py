@@ -22,7 +22,7 @@ from datetime import datetime
 
 import psycopg2
 
-from exactly_once.connections import SPARK
+from exactly_once.connections import PIPELINE_DB_JOB, SPARK, pipeline_db_url
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
@@ -55,9 +55,10 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace) -> dict:
-    # The local stack's plaintext listener and database (LOCAL_CLIENTS), as a worker's connections.
-    settings = JobSettings(os.environ["PIPELINE_DB_URL"], KafkaClient.at(os.environ["KAFKA_BOOTSTRAP_SERVERS"]))
-    ledger = Ledger.of_registered(args.pipeline, lambda: psycopg2.connect(settings.db_url))
+    # The local stack's plaintext Kafka listener and its database as the commit role (LOCAL_CLIENTS),
+    # as a worker's connections; the job gets the job role's (pipeline_db_job), as IncrementOperator does.
+    settings = JobSettings(pipeline_db_url(PIPELINE_DB_JOB), KafkaClient.at(os.environ["KAFKA_BOOTSTRAP_SERVERS"]))
+    ledger = Ledger.of_registered(args.pipeline, lambda: psycopg2.connect(os.environ["PIPELINE_DB_URL"]))
     if args.task == "begin":
         with KafkaOffsets(settings.kafka) as kafka:
             begun = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end, reprocess=args.reprocess)

@@ -215,9 +215,10 @@ class World:
     # -- spark-submit processes of an attempt -----------------------------------------------
 
     def spark_processes(self, checkpoint: int, attempt: int) -> list[int]:
-        """spark-submit's JVM and the Python driver of one attempt."""
-        wanted = f"--pipeline {self.name} --checkpoint-id {checkpoint} --attempt {attempt} --settings "
-        return [pid for pid, cmdline in _processes() if "increment.py" in cmdline and wanted in cmdline]
+        """The job's processes of one attempt: spark-submit's JVM and the Python driver, or the
+        Spark Connect client's process."""
+        wanted = f"--pipeline {self.name} --checkpoint-id {checkpoint} --attempt {attempt} --token "
+        return [pid for pid, cmdline in _processes() if JOB_MARKER in cmdline and wanted in cmdline]
 
     def signal_attempt(self, checkpoint: int, attempt: int, sig: int) -> list[int]:
         pids = self.spark_processes(checkpoint, attempt)
@@ -272,6 +273,10 @@ def wait_for(log: Path, text: str, process: subprocess.Popen | None = None, time
             return text in log.read_text(errors="replace")
         time.sleep(0.1)
     raise TimeoutError(f"{log.name}: no {text!r} within {timeout} s")
+
+
+# In the command line of every process of an attempt's job, and of nothing else: its arguments (tasks.job_arguments).
+JOB_MARKER = "--token "
 
 
 def _processes() -> list[tuple[int, str]]:

@@ -31,6 +31,7 @@ from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.tables import DEAD_LETTER_STAGING, DEAD_LETTERS, qualified, staging_table
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin
+from exactly_once.spark.report import AttemptReport
 from tests import oracle
 from tests.kafka_records import Produced, produce_transactions
 from tests.oracle import Record
@@ -111,12 +112,13 @@ class Driver:
         self.ledger, self.servers, self.db_url = ledger, servers, db_url
         self.row_of = row_of  # the transform it plays, in Python
 
-    def execute(self, arguments: list[str]) -> None:
-        """Runs as the job does, from the job's command-line arguments (tasks.job_arguments)."""
+    def execute(self, arguments: list[str]) -> AttemptReport:
+        """Runs as the job does, from the job's command-line arguments (tasks.job_arguments):
+        stages the rows and reports them, for its task to pre-commit."""
         given = dict(zip(arguments[::2], arguments[1::2]))
         checkpoint_id, attempt = int(given["--checkpoint-id"]), int(given["--attempt"])
         rows = self.write_staging(checkpoint_id, attempt, self.read(self.ledger.current(checkpoint_id, attempt).ranges))
-        self.ledger.pre_commit(checkpoint_id, attempt, rows, records=sum(rows.values()))
+        return AttemptReport(records=sum(rows.values()), rows=rows)
 
     def run(self, checkpoint_id: int) -> Committable:
         checkpoint = self.ledger.start_attempt(checkpoint_id)

@@ -16,6 +16,7 @@ from exactly_once.ledger.checkpoints import Outcome, State
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.refusals import PromotionRefused, Stalled
 from exactly_once.orchestration import tasks
+from exactly_once.spark.report import AttemptReport
 from tests.ledger.harness import Pipeline, query, workload
 
 
@@ -37,12 +38,12 @@ def test_a_job_longer_than_the_lease_keeps_it_while_its_task_lives_and_commits_o
     checkpoint_id = pipeline.begin("the long run").checkpoint.id
     siblings = []
 
-    def slow_job(arguments: list[str]) -> None:
+    def slow_job(arguments: list[str]) -> AttemptReport:
         time.sleep(3)  # past the lease
         pipeline.produce(workload(1000))
         siblings.append(pipeline.begin("a sibling run"))  # its recovery must leave the running attempt alone
         time.sleep(1)
-        pipeline.driver.execute(arguments)
+        return pipeline.driver.execute(arguments)
 
     tasks.run_increment(pipeline.ledger, checkpoint_id, slow_job)
     assert siblings[0].recovery.aborted == () and siblings[0].checkpoint.id != checkpoint_id

@@ -23,8 +23,7 @@ from exactly_once.kafka_columns import KAFKA_TOMBSTONE
 from exactly_once.ledger import replays
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.protocol import Ledger
-from exactly_once.ledger.tables import (DEAD_LETTERS, contributions_table, qualified, staging_table,
-                                        tombstones_index)
+from exactly_once.ledger.tables import DEAD_LETTERS, contributions_table, qualified, staging_table, tombstones_index
 from exactly_once.sqlfiles import text
 from tests import oracle
 from tests.ledger.harness import Driver, Pipeline, order, query

@@ -19,8 +19,9 @@ from exactly_once.ledger.refusals import Fenced, NotPreCommitted, PromotionRefus
 from exactly_once.ledger.registration import SinkTableError
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_error
-from exactly_once.spark.increment import execute_attempt
 from exactly_once.spark.isolation import NotIsolated
+from exactly_once.spark.report import AttemptReport
+from tests.job_role import in_process
 from tests.ledger.harness import Pipeline, workload
 
 
@@ -63,14 +64,17 @@ def test_an_attempt_whose_checkpoint_recovery_aborted_fails_its_task_without_ret
     assert after_error(e.value) is TaskOutcome.FAIL
 
 
-def test_a_job_that_failed_after_its_pre_commit_leaves_the_checkpoint_to_commit(pipeline):
+def test_a_job_that_staged_its_rows_but_ended_without_its_report_is_aborted_and_its_rows_never_count(pipeline):
     checkpoint_id = begun(pipeline)
 
-    def pre_committed_then_lost(arguments: list[str]) -> None:
+    def staged_then_lost(arguments: list[str]) -> AttemptReport:
         pipeline.driver.execute(arguments)
-        raise RuntimeError("the driver died while stopping Spark")
+        raise RuntimeError("the driver died before it wrote its report")
 
-    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pre_committed_then_lost) == 1
+    with pytest.raises(AttemptFailed, match="Spark job failed: the driver died"):
+        tasks.run_increment(pipeline.ledger, checkpoint_id, staged_then_lost)
+    assert pipeline.ledger.checkpoint(checkpoint_id).state is State.PLANNED
+    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute) == 2
     assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 1).value == "committed now"
     pipeline.assert_exact()
 
@@ -99,12 +103,8 @@ def test_a_job_that_records_a_failure_no_retry_fixes_stalls_and_fails_its_task_w
     checkpoint_id = pipeline.begin().checkpoint.id
     offset = pipeline.produced[0].offset
 
-    def in_process(arguments: list[str]) -> None:
-        attempt = int(arguments[arguments.index("--attempt") + 1])
-        execute_attempt(spark, pipeline.ledger, checkpoint_id, attempt, KafkaClient.at(kafka_servers), ledger_db)
-
     with pytest.raises(Stalled, match=rf"BadRecords: .*{topic}\[2\]@{offset}: value is not valid JSON") as e:
-        tasks.run_increment(pipeline.ledger, checkpoint_id, in_process)
+        tasks.run_increment(pipeline.ledger, checkpoint_id, in_process(spark, pipeline.config.name, kafka_servers))
     assert after_error(e.value) is TaskOutcome.FAIL
     recorded = pipeline.ledger.attempt(checkpoint_id, 1)
     assert (recorded.state, recorded.retryable) == (AttemptState.ABORTED, False)

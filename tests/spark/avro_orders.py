@@ -24,7 +24,8 @@ from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin
-from exactly_once.spark.increment import execute_attempt
+from exactly_once.spark.report import AttemptReport
+from tests.job_role import in_process
 from tests.kafka_records import produce_transactions
 
 REGISTRY = "schema_registry_default"
@@ -132,7 +133,7 @@ class AvroOrders:
             begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self.runs}", None, None)
         return begun.checkpoint.id if after_begin(begun) is TaskOutcome.DONE else None
 
-    def run(self, spark, runner: Callable[[list[str]], None] | None = None) -> int | None:
+    def run(self, spark, runner: Callable[[list[str]], AttemptReport] | None = None) -> int | None:
         """A whole DAG run through the run path (begin, increment, commit)."""
         checkpoint_id = self.begin()
         if checkpoint_id is not None:
@@ -144,15 +145,11 @@ class AvroOrders:
         assert tasks.commit_checkpoint(self.ledger, checkpoint_id, 1) is Outcome.COMMITTED
 
     def increment(self, spark, checkpoint_id: int, registry=None,
-                  runner: Callable[[list[str]], None] | None = None) -> None:
+                  runner: Callable[[list[str]], AttemptReport] | None = None) -> None:
         """The run's increment task: the Spark job run by `runner` as the Airflow task runs it
         (exactly_once.spark.runners), else in this process's session with `registry`."""
-        def in_process(arguments: list[str]) -> None:
-            attempt = int(arguments[arguments.index("--attempt") + 1])
-            execute_attempt(spark, self.ledger, checkpoint_id, attempt, KafkaClient.at(self.servers), self.db_url,
-                            registry or self.registry)
-
-        tasks.run_increment(self.ledger, checkpoint_id, runner or in_process)
+        execute = runner or in_process(spark, self.config.name, self.servers, registry or self.registry)
+        tasks.run_increment(self.ledger, checkpoint_id, execute)
 
     def expected(self) -> dict[str, set]:
         deletes = self.config.source.tombstones == "delete"  # skipped ones make nothing; dead letters say why

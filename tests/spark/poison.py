@@ -21,8 +21,9 @@ from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin
-from exactly_once.spark.increment import execute_attempt
+from exactly_once.spark.report import AttemptReport
 from tests import oracle
+from tests.job_role import in_process
 from tests.kafka_records import produce_transactions
 from tests.oracle import Record
 
@@ -47,12 +48,12 @@ CREATE TRIGGER refuse_cursed BEFORE INSERT ON {s}.orders FOR EACH ROW EXECUTE FU
 AT = "2026-01-01T00:00:00Z"
 
 
-def make_pipeline(db_url: str, topic: str, extra_ddl: str = "") -> PipelineConfig:
+def make_pipeline(db_url: str, topic: str, extra_ddl: str = "", transform: str = TRANSFORM) -> PipelineConfig:
     name = f"p{uuid.uuid4().hex[:10]}"
     with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
         cur.execute(TABLES.format(s=name) + extra_ddl.format(s=name))
     return load_config({
-        "name": name, "transform": TRANSFORM,
+        "name": name, "transform": transform,
         "source": {"topics": [topic], "value_schema": {"id": "string", "sku": "string", "note": "string",
                                                        "price": "decimal(10,3)", "at": "timestamp",
                                                        "qty": "bigint"}},
@@ -105,16 +106,13 @@ class Orders:
             begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self.runs}", None, None)
         return begun.checkpoint.id if after_begin(begun) is TaskOutcome.DONE else None
 
-    def increment(self, spark, checkpoint_id: int, runner: Callable[[list[str]], None] | None = None) -> None:
+    def increment(self, spark, checkpoint_id: int, runner: Callable[[list[str]], AttemptReport] | None = None) -> None:
         """The run's increment task (or a cleared one): the Spark job run by `runner`, as the
-        Airflow task runs it (exactly_once.spark.runners), else in this process's session."""
-        def in_process(arguments: list[str]) -> None:
-            attempt = int(arguments[arguments.index("--attempt") + 1])
-            execute_attempt(spark, self.ledger, checkpoint_id, attempt, KafkaClient.at(self.servers), self.db_url)
+        Airflow task runs it (exactly_once.spark.runners), else in this process's session as
+        the job role."""
+        tasks.run_increment(self.ledger, checkpoint_id, runner or in_process(spark, self.config.name, self.servers))
 
-        tasks.run_increment(self.ledger, checkpoint_id, runner or in_process)
-
-    def run(self, spark=None, runner: Callable[[list[str]], None] | None = None) -> int | None:
+    def run(self, spark=None, runner: Callable[[list[str]], AttemptReport] | None = None) -> int | None:
         """A whole DAG run: begin, increment, commit."""
         checkpoint_id = self.begin()
         if checkpoint_id is not None:

@@ -25,6 +25,7 @@ from exactly_once.spark.runners import ConnectRunner, job_runner
 from exactly_once.spark.settings import JobSettings
 from exactly_once.spark.staging import ask_again
 from exactly_once.sqlstates import record_failure
+from tests.job_role import job_db_url
 from tests.spark.conftest import CONNECTION
 from tests.spark.poison import Orders, valid_orders
 from tests.spark.test_poison import POISON
@@ -40,7 +41,7 @@ def test_each_poison_record_is_the_dead_letter_it_is_on_local_spark_and_the_rest
         connect_server, orders, monkeypatch):
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONNECTION.upper()}", json.dumps(connect_server))
     runner = job_runner(CONNECTION, f"{orders.config.name} increment", orders.config,
-                        JobSettings(orders.db_url, KafkaClient.at(orders.servers)))
+                        JobSettings(job_db_url(), KafkaClient.at(orders.servers)))
     assert isinstance(runner, ConnectRunner)
     valid = valid_orders(0, 24)
     poison = [(i % 3, key, value) for i, (value, key, _) in enumerate(POISON.values())]

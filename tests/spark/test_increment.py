@@ -3,6 +3,7 @@ rows equal the oracle computed from what was produced, for every sink mode."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,14 +17,16 @@ from exactly_once.db import jdbc_options
 from exactly_once.faults import ENV as FAULTS
 from exactly_once.faults import InjectedFault
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.checkpoints import Outcome, State
 from exactly_once.ledger.planning import Reach
+from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Fenced
 from exactly_once.ledger.tables import DEAD_LETTER_STAGING, qualified, staging_table
 from exactly_once.spark.increment import run_attempt
-from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.settings import JobSettings, private_file
 from exactly_once.spark.staging import BadRecords
 from tests import oracle
+from tests.job_role import job_db_url
 from tests.kafka_records import moment_after_the_last_marker
 from tests.ledger.harness import Pipeline, committed_records, row_of, workload
 from tests.oracle import Record
@@ -37,8 +40,12 @@ def pipeline(ledger_db, kafka_servers, topic) -> Pipeline:
 
 
 def attempt(spark, pipeline: Pipeline, checkpoint_id: int, token: int):
-    return run_attempt(spark, pipeline.ledger, checkpoint_id, token, KafkaClient.at(pipeline.servers),
-                       jdbc_options(pipeline.db_url))
+    """The job's attempt, then its task's pre-commit of what the job reports."""
+    url = job_db_url()
+    as_job = Ledger.of_attempt(pipeline.config.name, checkpoint_id, token, lambda: psycopg2.connect(url))
+    report = run_attempt(spark, as_job, checkpoint_id, token, pipeline.ledger.attempt_token(checkpoint_id, token),
+                         KafkaClient.at(pipeline.servers), jdbc_options(url))
+    return pipeline.ledger.pre_commit(checkpoint_id, token, report.rows, report.records), report
 
 
 def staged(pipeline: Pipeline, checkpoint_id: int) -> dict[str, set]:
@@ -166,27 +173,35 @@ def test_the_fail_policy_fails_the_attempt_naming_the_bad_records(spark, ledger_
     assert pipeline.ledger.checkpoint(checkpoint.id).state == "running"  # the DAG's failure handler aborts it
 
 
-def spark_submit(pipeline: Pipeline, checkpoint_id: int, token: int) -> subprocess.CompletedProcess:
-    """Runs the job as Airflow would, its connections in a settings file. Spark copies the
-    Python driver's stdout and stderr to its own stdout."""
+def spark_submit(pipeline: Pipeline, checkpoint_id: int, token: int) -> tuple[subprocess.CompletedProcess, str]:
+    """Runs the job as Airflow would, its connections in a settings file; the process and
+    its report. Spark copies the Python driver's stdout and stderr to its own stdout."""
     root = str(JOB.parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *sys.path])}  # the test transform's module
-    with JobSettings(pipeline.db_url, KafkaClient.at(pipeline.servers)).written() as settings:
-        return subprocess.run(["spark-submit", str(JOB), "--pipeline", pipeline.config.name, "--checkpoint-id",
-                               str(checkpoint_id), "--attempt", str(token), "--settings", str(settings)],
+    with JobSettings(job_db_url(), KafkaClient.at(pipeline.servers)).written() as settings, \
+            private_file("report-") as report, private_file("token-") as secret:
+        secret.write_text(pipeline.ledger.attempt_token(checkpoint_id, token))
+        done = subprocess.run(["spark-submit", str(JOB), "--pipeline", pipeline.config.name, "--checkpoint-id",
+                               str(checkpoint_id), "--attempt", str(token), "--token", str(secret),
+                               "--settings", str(settings), "--report", str(report)],
                               env=env, capture_output=True, text=True, timeout=600)
+        return done, report.read_text()
 
 
-def test_spark_submit_pre_commits_an_attempt_and_a_fenced_one_exits_3(pipeline):
+def test_spark_submit_reports_what_an_attempt_staged_and_a_fenced_one_exits_3(pipeline):
     pipeline.produce(workload(0))
     checkpoint = pipeline.begin().checkpoint
     stale = pipeline.ledger.start_attempt(checkpoint.id).attempt
     token = pipeline.ledger.start_attempt(checkpoint.id).attempt
 
-    fenced = spark_submit(pipeline, checkpoint.id, stale)
+    fenced, said = spark_submit(pipeline, checkpoint.id, stale)
     assert fenced.returncode == 3 and f"fenced: attempt {stale} of checkpoint {checkpoint.id}" in fenced.stdout
-    done = spark_submit(pipeline, checkpoint.id, token)
+    assert said == ""
+    done, said = spark_submit(pipeline, checkpoint.id, token)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "pre-committed: 16 records read" in done.stdout
+    report = json.loads(said)
+    assert report["records"] == 16 and report["rows"]["events"] == 14
+    assert pipeline.ledger.checkpoint(checkpoint.id).state is State.RUNNING  # the job wrote no ledger row
+    pipeline.ledger.pre_commit(checkpoint.id, token, report["rows"], report["records"])
     assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
     pipeline.assert_exact()

@@ -48,5 +48,6 @@ def promote(rows: LedgerRows, committable: Committable, now: datetime) -> None:
         rows.run("promote_ranges", **params)
     replaced = {name: {"old": old, "new": committable.staged[name].rows} for name, old in taken_back.items()}
     rows.run("mark_committed", **params, replaced=json.dumps(replaced) if reprocessing else None)
+    rows.run("forget_trial_promotions", checkpoint_id=committable.checkpoint_id)
     rows.end_attempts(committable.checkpoint_id, committable.attempt, AttemptState.PRECOMMITTED,
                       AttemptState.COMMITTED, None, now)

@@ -30,11 +30,12 @@ from exactly_once import faults
 from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.errors import ConfigError, error_text
+from exactly_once.ledger import trials
 from exactly_once.ledger.checkpoints import (Attempt, AttemptState, Begun, Checkpoint, Committable, Outcome, Recovery,
                                              State, stalls)
+from exactly_once.ledger.commit import commit
 from exactly_once.ledger.leases import expire
 from exactly_once.ledger.planning import OffsetSource, PartitionOffsets, Reach, plan_checkpoint
-from exactly_once.ledger.commit import commit
 from exactly_once.ledger.refusals import Fenced, NotRunnable, SentBack, StagingIncomplete, Stalled
 from exactly_once.ledger.registration import final_columns, register
 from exactly_once.ledger.rows import LedgerRows, attempt_config, registered_config
@@ -150,8 +151,10 @@ class Ledger:
             rows.run("insert_attempt", checkpoint_id=checkpoint_id, attempt=attempt, now=now,
                      config_version=rows.record_version())
             rows.delete_staging(checkpoint_id, attempt=None)
+            started = replace(checkpoint, state=State.RUNNING, attempt=attempt)
+            trials.write(rows, started)
             self.fault("start_attempt.before_commit")
-        return replace(checkpoint, state=State.RUNNING, attempt=attempt)
+        return started
 
     def pre_commit(self, checkpoint_id: int, attempt: int, rows_written: Mapping[str, int],
                    records: int) -> Committable:
@@ -214,6 +217,7 @@ class Ledger:
         if not rows.checkpoint(checkpoint_id).state.open:
             return Outcome.UNCHANGED
         rows.run("mark_aborted", checkpoint_id=checkpoint_id, reason=reason)
+        rows.run("forget_trial_promotions", checkpoint_id=checkpoint_id)
         rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED, reason, self.now())
         rows.delete_staging(checkpoint_id, attempt=None)
         return Outcome.ABORTED
@@ -260,18 +264,24 @@ class Ledger:
         with self.rows() as rows:
             return rows.checkpoint(checkpoint_id)
 
+    def attempt_token(self, checkpoint_id: int, attempt: int) -> str:
+        """The secret the attempt's task hands its job (`exactly_once.ledger.trials`)."""
+        with self.rows() as rows:
+            return trials.token(rows, checkpoint_id, attempt)
+
     def attempt(self, checkpoint_id: int, attempt: int) -> Attempt:
         with self.rows() as rows:
             return rows.attempt(checkpoint_id, attempt)
 
     def current(self, checkpoint_id: int, attempt: int) -> Checkpoint:
-        """The checkpoint, if `attempt` is still its current one; `Fenced` otherwise."""
+        """The checkpoint, if `attempt` is still its current one; `Fenced` otherwise. A read
+        (the Spark job's), which locks nothing."""
         with self.rows() as rows:
-            return self._current(rows, checkpoint_id, attempt)
+            return self._current(rows, checkpoint_id, attempt, locked=False)
 
     @staticmethod
-    def _current(rows: LedgerRows, checkpoint_id: int, attempt: int) -> Checkpoint:
-        checkpoint = rows.checkpoint(checkpoint_id)
+    def _current(rows: LedgerRows, checkpoint_id: int, attempt: int, locked: bool = True) -> Checkpoint:
+        checkpoint = rows.checkpoint(checkpoint_id, locked)
         if not checkpoint.is_current(attempt):
             raise Fenced(f"attempt {attempt} of checkpoint {checkpoint_id} is fenced: the checkpoint is "
                          f"{checkpoint.state.value} and its current attempt is {checkpoint.attempt}")

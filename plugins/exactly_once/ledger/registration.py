@@ -69,6 +69,7 @@ def register(rows: LedgerRows) -> None:
         if not _ready(rows, "staging_ready", table=staging, index=staging_index(config, sink)):
             rows.cur.execute(sql.SQL(Q["create_staging"]).format(
                 staging=staging, final=final_table(sink), staging_index=staging_index(config, sink)))
+        _let_the_job_role_resolve(rows, sink)
         marks = ledger_marks(sink)
         _add_marks(rows, staging, marks)
         _follow(rows, staging, final, final_columns, (*STAGING_OWN, *marks), nullability=True,
@@ -77,6 +78,17 @@ def register(rows: LedgerRows) -> None:
         if kept is not None:
             _move_from_earlier_table(rows, earlier_contributions, contributions_table(config, sink))
             _create_contributions(rows, sink, kept, final, marks)
+
+
+def _let_the_job_role_resolve(rows: LedgerRows, sink: Sink) -> None:
+    """USAGE on the final table's schema for the job role, which reads the table's shape from
+    the catalog (`final_columns`, `LedgerRows.may_refuse`), where the commit role owns the
+    schema; otherwise the preflight names the grant (exactly_once.operate.privileges)."""
+    schema = sink.schema_and_table[0]
+    rows.run("job_needs_schema_usage", schema=schema)
+    needs = rows.cur.fetchone()
+    if needs is not None and needs[0]:
+        rows.cur.execute(sql.SQL(Q["grant_schema_usage"]).format(schema=sql.Identifier(schema)))
 
 
 def _create_contributions(rows: LedgerRows, sink: Sink, columns: list[str], final: dict[str, Shape],

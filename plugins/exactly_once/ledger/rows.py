@@ -91,8 +91,11 @@ class LedgerRows:
 
     # -- checkpoints and attempts -------------------------------------------------------
 
-    def checkpoint(self, checkpoint_id: int) -> Checkpoint:
-        """The checkpoint, locked for the rest of the transaction."""
+    def checkpoint(self, checkpoint_id: int, locked: bool = True) -> Checkpoint:
+        """The checkpoint, locked for the rest of the transaction unless `locked` is false (a
+        read of the Spark job, whose role may not lock the ledger's rows)."""
+        if locked:
+            self.run("lock_checkpoint", checkpoint_id=checkpoint_id)
         self.run("checkpoint", checkpoint_id=checkpoint_id, pipeline=self.config.name)
         row = self.cur.fetchone()
         if row is None:

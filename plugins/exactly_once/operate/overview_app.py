@@ -7,11 +7,16 @@ api-server under /exactly-once (and adds to the UI's Browse menu):
 Read-only. Airflow does not authenticate a plugin's app, so every request goes through
 Airflow's own `get_user` (the UI's session cookie or an `Authorization: Bearer` token from
 `POST /auth/token`): none gives 401, an invalid one 403. A user sees the pipelines whose
-DAG's runs the auth manager lets them read.
+DAG's runs the auth manager lets them read. Raw payload previews of dead letters (and their
+exact reasons) are shown only when `[exactly_once] show_payloads` is on (default off;
+AIRFLOW__EXACTLY_ONCE__SHOW_PAYLOADS) and only to a user the auth manager lets edit the DAG.
+The ledger is read through the connection `pipeline_db_read` when it is defined, else
+`pipeline_db`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
 from urllib.parse import urlparse
 
@@ -28,6 +33,7 @@ from exactly_once import connections
 from exactly_once.errors import ConfigError
 from exactly_once.operate.overview import LedgerBehind, PipelineOverview, read_overviews
 from exactly_once.operate.overview_page import page
+from exactly_once.operate.status import ledger_reader
 
 History = Query(20, ge=1, le=200, description="checkpoints in the history and its charts")
 DeadLetters = Query(10, ge=1, le=100, description="newest dead letters shown per pipeline")
@@ -52,7 +58,18 @@ def visible_overviews(user, history: int, dead_letters: int) -> list[PipelineOve
         return get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, user=user,
                                                     details=None if dag_id is None else DagDetails(id=dag_id))
 
-    return read_overviews(connections.connector(), kafka, history, dead_letters, visible)
+    return read_overviews(ledger_reader(), kafka, history, dead_letters, visible, payloads_rule(user))
+
+
+def payloads_rule(user) -> Callable[[str | None], bool]:
+    """Of which pipelines (by DAG) the user sees the dead letters' record values (the first
+    bytes, a reason's exact text): none unless `[exactly_once] show_payloads` is on (default
+    off; AIRFLOW__EXACTLY_ONCE__SHOW_PAYLOADS), then those whose DAG the auth manager lets the
+    user edit (PUT on the DAG; every DAG, for a pipeline whose DAG is not known yet)."""
+    if not conf.getboolean("exactly_once", "show_payloads", fallback=False):
+        return lambda _dag_id: False
+    return lambda dag_id: get_auth_manager().is_authorized_dag(
+        method="PUT", user=user, details=None if dag_id is None else DagDetails(id=dag_id))
 
 
 @app.get("/", response_class=HTMLResponse)

@@ -79,10 +79,18 @@ def _dead_letters(o: PipelineOverview) -> str:
                                              for r, n in o.dead_letter_reasons], "dead-letter-reason-row")
     headers = ["topic", "partition", "offset", "reason", "checkpoint", "committed", "bytes", "value (first bytes)"]
     newest = _table(headers,
-                    [[escape(d.topic), d.partition, d.offset, escape(d.reason), d.checkpoint_id,
-                      escape(_when(d.committed_at)), "null" if d.size is None else d.size,
-                      f"<code>{escape(d.preview)}</code>"] for d in o.newest_dead_letters], "dead-letter")
-    return f"{counts}<p>Newest {len(o.newest_dead_letters)}:</p>{newest}"
+                    [[escape(d.topic), d.partition, d.offset, f'<span data-field="reason">{escape(d.reason)}</span>',
+                      d.checkpoint_id, escape(_when(d.committed_at)), "null" if d.size is None else d.size,
+                      NOT_SHOWN if d.preview is None else f'<code data-field="preview">{escape(d.preview)}</code>']
+                     for d in o.newest_dead_letters], "dead-letter")
+    hidden = any(d.preview is None for d in o.newest_dead_letters)
+    return f"{counts}<p>Newest {len(o.newest_dead_letters)}:</p>{newest}{PREVIEWS_RULE if hidden else ''}"
+
+
+NOT_SHOWN = '<span class="none" data-field="preview-not-shown">not shown</span>'
+PREVIEWS_RULE = ('<p class="none" data-field="previews-rule">Record values (the first bytes, a reason\'s exact '
+                 "text) are shown only to users who may edit the pipeline's DAG, and only when "
+                 "<code>[exactly_once] show_payloads</code> is on; numbers in reasons are shown as #.</p>")
 
 
 def _checkpoints(checkpoints: tuple[CheckpointSummary, ...], run, row: str) -> str:

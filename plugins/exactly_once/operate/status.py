@@ -5,7 +5,8 @@ already taken).
 
     python -m exactly_once.operate.status [--pipeline NAME] [--history N]
 
-reads the Airflow connections pipeline_db and kafka_default. Exits 2 while a pipeline shown is
+reads the ledger through the Airflow connection pipeline_db_read (the read role) when it is
+defined, else pipeline_db, and Kafka through kafka_default. Exits 2 while a pipeline shown is
 stalled, so monitoring can call it.
 """
 
@@ -106,6 +107,12 @@ class PipelineStatus:
     def stopped(self) -> bool:
         """No run goes on: a checkpoint is stalled, or a partition's offsets went backwards."""
         return bool(self.stalls) or any(p.went_back for p in self.lag)
+
+
+def ledger_reader():
+    """Connections that read the ledger (this command, the pipelines view): through
+    `pipeline_db_read` when it is defined, else `pipeline_db`."""
+    return connections.defined_connector(connections.PIPELINE_DB_READ) or connections.connector()
 
 
 def pipelines(conn) -> list[str]:
@@ -217,7 +224,7 @@ def main() -> int:
     parser.add_argument("--pipeline", help="one pipeline (default: every registered one)")
     parser.add_argument("--history", type=int, default=10, help="checkpoints of the history to show")
     args = parser.parse_args()
-    connect = connections.for_command_line(connections.connector)
+    connect = connections.for_command_line(ledger_reader)
     kafka_client = connections.for_command_line(connections.kafka_client)
     with closing(connect()) as conn, KafkaOffsets(kafka_client) as kafka:
         names = pipelines(conn)

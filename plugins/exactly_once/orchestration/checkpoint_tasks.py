@@ -19,8 +19,8 @@ from airflow.sdk import BaseOperator, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once.config import PipelineConfig
-from exactly_once.connections import (KAFKA, PIPELINE_DB, SPARK, connection_problems, connector, kafka_client,
-                                      pipeline_db_location, schema_registry_problems)
+from exactly_once.connections import (KAFKA, PIPELINE_DB, PIPELINE_DB_JOB, SPARK, connection_problems, connector,
+                                      defined_connector, kafka_client, pipeline_db_location, schema_registry_problems)
 from exactly_once.errors import ConfigError
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import Reach
@@ -57,8 +57,8 @@ def airflow_outcome() -> Iterator[None]:
 class IncrementOperator(BaseOperator):
     """One attempt of the run's checkpoint (`tasks.run_increment`), its Spark job run as the
     Spark connection's type says (`exactly_once.spark.runners`: spark-submit, or Spark
-    Connect); the job reaches the pipeline database and Kafka with this task's connections
-    (`exactly_once.spark.settings`)."""
+    Connect); the job reaches Kafka with this task's connection and the pipeline database
+    as the job role, `pipeline_db_job` (`exactly_once.spark.settings`)."""
 
     def __init__(self, *, config: PipelineConfig, conn_id: str = SPARK, **kwargs: Any):
         super().__init__(**kwargs)
@@ -120,7 +120,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                         retry_exponential_backoff=True)
     def begin_checkpoint(**context) -> int | None:
         with airflow_outcome():
-            problems = connection_problems((PIPELINE_DB, KAFKA, spark_conn_id))
+            problems = connection_problems((PIPELINE_DB, PIPELINE_DB_JOB, KAFKA, spark_conn_id))
             problems += schema_registry_problems(config.source)
             if problems:
                 raise PreflightFailed(config.name, problems)
@@ -129,7 +129,8 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                                                context.get("data_interval_start"),
                                                context.get("data_interval_end"),
                                                reach_of(context["dag_run"].run_type),
-                                               reprocess=bool(context["params"].get(REPROCESS)))
+                                               reprocess=bool(context["params"].get(REPROCESS)),
+                                               connect_as=defined_connector)
             overview.record_dag(connector(), config.name, context["dag"].dag_id)  # the view's links to runs
         return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from exactly_once import faults
 from exactly_once.config import PipelineConfig
-from exactly_once.errors import AttemptFailed, PipelineError
+from exactly_once.errors import AttemptFailed, JobFailure, PipelineError, is_retryable
 from exactly_once.ledger import replays
 from exactly_once.ledger.checkpoints import Begun, Outcome, State
 from exactly_once.ledger.holders import holders
@@ -28,21 +28,28 @@ from exactly_once.ledger.planning import Reach, describe_ranges
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Fenced, NotRunnable, Stalled
 from exactly_once.ledger.versions import config_version
-from exactly_once.operate import preflight
+from exactly_once.operate import preflight, privileges
+from exactly_once.operate.privileges import ConnectAs
+from exactly_once.spark.report import AttemptReport
+from exactly_once.spark.settings import private_file
 
 log = logging.getLogger(__name__)
 
 
 def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
-                     end: datetime | None, reach: Reach = Reach.BACKLOG, reprocess: bool = False) -> Begun:
+                     end: datetime | None, reach: Reach = Reach.BACKLOG, reprocess: bool = False,
+                     connect_as: ConnectAs | None = None) -> Begun:
     """Migrates the ledger, refuses to go on while another checkpoint is stalled (promise 9:
-    that comes first), runs the preflight, recovers, and begins (or finds again) the run's
+    that comes first), runs the preflight (with the rights of each pipeline database
+    connection `connect_as` opens), recovers, and begins (or finds again) the run's
     checkpoint; says in the log what it planned or, for an empty interval, who holds its
     records. With `reprocess`, a run whose checkpoint is committed begins a reprocessing of
     it (promise 10) instead of changing nothing."""
     with closing(ledger.connect()) as conn:
         migrate(conn)
     ledger.refuse_if_stalled(run_id)
+    if connect_as is not None:
+        privileges.require(ledger.config, connect_as)
     imported = preflight.require(ledger.config, kafka, ledger.connect)
     log.info("preflight: pipeline %r is ready%s", ledger.config.name,
              " (its transform imports: checked once for this configuration version)" if imported else "")
@@ -100,13 +107,15 @@ def job_arguments(config: PipelineConfig, checkpoint_id: int, attempt: int) -> l
     return ["--pipeline", config.name, "--checkpoint-id", str(checkpoint_id), "--attempt", str(attempt)]
 
 
-def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[str]], None]) -> int | None:
-    """Starts a new attempt of the checkpoint (fencing off any older one) and runs the Spark
-    job with `execute(job arguments)` (`exactly_once.spark.runners`, or a session in this process), which
-    raises if the job fails. A failed attempt is aborted, so a retry runs the same frozen
-    ranges again; the error raised says whether a retry may help (`attempt_failure`).
-    Returns the attempt, or None when the checkpoint is already pre-committed or committed
-    (a cleared or retried task)."""
+def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[str]], AttemptReport]) -> int | None:
+    """Starts a new attempt of the checkpoint (fencing off any older one), runs the Spark
+    job with `execute(job arguments)` (`exactly_once.spark.runners`, or a session in this
+    process), which returns what the job staged or raises if it fails, and pre-commits what
+    it staged: the job's role may not write the ledger. The job gets the attempt's token in
+    a private file (`--token`), for the ledger's staging functions. A failed attempt is
+    aborted, so a retry runs the same frozen ranges again; the error raised says whether a
+    retry may help (`attempt_failure`). Returns the attempt, or None when the checkpoint is already
+    pre-committed or committed (a cleared or retried task)."""
     try:
         attempt = ledger.start_attempt(checkpoint_id).attempt
     except NotRunnable as refused:
@@ -116,13 +125,18 @@ def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[st
         raise
     log.info("checkpoint %s attempt %s: running the increment job", checkpoint_id, attempt)
     try:
-        with heartbeat(ledger, checkpoint_id, attempt):  # the lease lasts while this task lives
-            execute(job_arguments(ledger.config, checkpoint_id, attempt))
+        # The lease lasts while this task lives; the attempt's token travels in a private file.
+        with heartbeat(ledger, checkpoint_id, attempt), private_file("exactly_once-token-") as token:
+            token.write_text(ledger.attempt_token(checkpoint_id, attempt))
+            report = execute([*job_arguments(ledger.config, checkpoint_id, attempt), "--token", str(token)])
+            ledger.pre_commit(checkpoint_id, attempt, report.rows, report.records)
+        log.info("checkpoint %s attempt %s pre-committed: %s records read, rows per sink %s, seconds per phase %s",
+                 checkpoint_id, attempt, report.records, report.rows, report.seconds)
     except Exception as failure:
         verdict = attempt_failure(ledger, checkpoint_id, attempt, failure)
         if verdict is not None:
             raise verdict from failure
-        log.warning("the job said %r after it pre-committed attempt %s; the pre-commit stands", failure, attempt)
+        log.warning("%r after attempt %s pre-committed; the pre-commit stands", failure, attempt)
     except BaseException as interrupted:  # the task is being stopped: leave nothing half-run behind
         attempt_failure(ledger, checkpoint_id, attempt, interrupted)
         raise
@@ -132,13 +146,14 @@ def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[st
 
 def attempt_failure(ledger: Ledger, checkpoint_id: int, attempt: int, failure: BaseException
                     ) -> PipelineError | None:
-    """What a failed job means for its task, from the ledger: None when the attempt
-    pre-committed all the same (its work is done); `Fenced` when a newer attempt owns the
-    checkpoint or recovery aborted it (the job exits 3 then; a retry would only fence the
-    owner in turn, or find the ranges planned again elsewhere); `Stalled` when its failures
-    stalled it (only an operator goes on); else `AttemptFailed`, retryable unless the job
-    recorded a failure no retry can fix."""
-    ledger.abort_attempt(checkpoint_id, attempt, f"Spark job failed: {failure}")  # unless the job recorded it
+    """What a failed attempt means for its task, recorded in the ledger first (the job's
+    own `JobFailure`, a refused pre-commit, or a job that ended without a word): None when
+    the attempt pre-committed all the same (its work is done); `Fenced` when a newer
+    attempt owns the checkpoint or recovery aborted it (the job exits 3 if it saw it; a retry would
+    only fence the owner in turn, or find the ranges planned again elsewhere); `Stalled`
+    when its failures stalled it (only an operator goes on); else `AttemptFailed`,
+    retryable unless the failure says no retry can fix it."""
+    ledger.abort_attempt(checkpoint_id, attempt, *failure_record(failure))
     checkpoint = ledger.checkpoint(checkpoint_id)
     if checkpoint.state in (State.PRECOMMITTED, State.COMMITTED) and checkpoint.precommitted_attempt == attempt:
         return None
@@ -152,6 +167,16 @@ def attempt_failure(ledger: Ledger, checkpoint_id: int, attempt: int, failure: B
              recorded.reason)
     return AttemptFailed(f"checkpoint {checkpoint_id} attempt {attempt} failed: {recorded.reason}",
                          retryable=recorded.retryable is not False)
+
+
+def failure_record(failure: BaseException) -> tuple[str, bool]:
+    """The reason and retryability an attempt's failure is recorded with: the job's own
+    words, the ledger's refusal of its pre-commit, or what ran the job said."""
+    if isinstance(failure, JobFailure):
+        return failure.reason, failure.retryable
+    if isinstance(failure, PipelineError):
+        return f"{type(failure).__name__}: {failure}", is_retryable(failure)
+    return f"Spark job failed: {failure}", True
 
 
 def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int) -> Outcome:

@@ -1,7 +1,7 @@
 """One attempt of one checkpoint, in Spark: read the frozen ranges, parse (by the value
 format), transform, check and make each sink's rows (exactly_once.spark.frames), write
 staging from the executors isolating records that fail (exactly_once.spark.staging),
-pre-commit.
+report what was staged to the task, which pre-commits it.
 
 The job never decides ranges; it reads them from the ledger. Everything here
 builds Spark plans from the pipeline configuration, so a new pipeline needs no
@@ -12,22 +12,20 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 
 from exactly_once import faults
 from exactly_once.db import jdbc_options
-from exactly_once.errors import is_retryable
+from exactly_once.errors import JobFailure, is_retryable
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.checkpoints import Committable
 from exactly_once.ledger.planning import OffsetRange, layers
 from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.refusals import Fenced
 from exactly_once.schema_registry import SchemaRegistry
+from exactly_once.spark.report import AttemptReport
 from exactly_once.spark.staging import Staging
 
 log = logging.getLogger(__name__)
@@ -46,21 +44,6 @@ TASK_BYTES = 256 * 2**20
 def offsets_per_task(max_record_bytes: int | None) -> int:
     return OFFSETS_PER_TASK if max_record_bytes is None else max(1, min(OFFSETS_PER_TASK,
                                                                        TASK_BYTES // max_record_bytes))
-
-
-@dataclass
-class AttemptReport:
-    """What the attempt did, for its log and the checkpoint history."""
-
-    records: int = 0
-    rows: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
-        yield
-        self.seconds[name] = round(time.monotonic() - started, 3)
 
 
 def kafka_source_options(kafka: KafkaClient, ranges: tuple[OffsetRange, ...],
@@ -90,16 +73,18 @@ def read_ranges(spark: SparkSession, kafka: KafkaClient, ranges: tuple[OffsetRan
     return reduce(DataFrame.unionAll, reads)
 
 
-def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, kafka: KafkaClient,
-                jdbc: Mapping[str, str], registry: SchemaRegistry | None = None) -> tuple[Committable, AttemptReport]:
-    """Executes the attempt and pre-commits it. Raises `Fenced` if it is no longer the
-    checkpoint's current attempt, `BadRecords` under the `fail` policy, `NotIsolated` if a
-    write fails because of records that isolation cannot single out."""
+def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, token: str,
+                kafka: KafkaClient, jdbc: Mapping[str, str], registry: SchemaRegistry | None = None) -> AttemptReport:
+    """Executes the attempt: stages its rows, which its task then pre-commits from the
+    report (`exactly_once.orchestration.tasks.run_increment`); `token` is the attempt's,
+    which the ledger's staging functions ask for. Raises `Fenced` if it is not (or no
+    longer, once staged) the checkpoint's current attempt, `BadRecords` under the `fail` policy,
+    `NotIsolated` if a write fails because of records that isolation cannot single out."""
     report = AttemptReport()
     checkpoint = ledger.current(checkpoint_id, attempt)  # Fenced before it reads anything
     log.info("checkpoint %s attempt %s: ranges %s", checkpoint_id, attempt,
              ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges))
-    staging = Staging(ledger, checkpoint, attempt, jdbc, registry)
+    staging = Staging(ledger, checkpoint, attempt, token, jdbc, registry)
     with ledger.rows() as rows:
         set_aside = rows.dead_lettered(checkpoint.ranges)
 
@@ -107,21 +92,21 @@ def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt
     records = read_ranges(spark, kafka, checkpoint.ranges, ledger.config.max_record_bytes)
     report.records, report.rows = staging.write_isolating(records, set_aside, report.phase)
     faults.point("increment.before_pre_commit")
-    with report.phase("pre_commit"):
-        committable = ledger.pre_commit(checkpoint_id, attempt, report.rows, report.records)
-    log.info("checkpoint %s attempt %s pre-committed: %s records read, rows per sink %s, seconds per phase %s",
+    ledger.current(checkpoint_id, attempt)  # Fenced meanwhile (a zombie): it says so, and exits 3
+    log.info("checkpoint %s attempt %s staged: %s records read, rows per sink %s, seconds per phase %s",
              checkpoint_id, attempt, report.records, report.rows, report.seconds)
-    return committable, report
+    return report
 
 
-def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, kafka: KafkaClient,
-                    db_url: str, registry: SchemaRegistry | None = None) -> AttemptReport:
-    """`run_attempt`, with a failure recorded on the attempt together with whether a retry
-    may help: the task that started the attempt reads that verdict from the ledger,
-    whatever ran the job (spark-submit, a cluster, an in-process session). A fenced
-    attempt records nothing: it is no longer the checkpoint's to change."""
+def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, token: str,
+                    kafka: KafkaClient, db_url: str, registry: SchemaRegistry | None = None) -> AttemptReport:
+    """`run_attempt`, a failure raised as the `JobFailure` its task records on the attempt:
+    its text and whether a retry may help, whatever ran the job (spark-submit, a cluster,
+    an in-process session). `Fenced` stays itself: the attempt is no longer the
+    checkpoint's to change."""
     try:
-        return run_attempt(spark, ledger, checkpoint_id, attempt, kafka, jdbc_options(db_url), registry)[1]
-    except Exception as error:
-        ledger.abort_attempt(checkpoint_id, attempt, f"{type(error).__name__}: {error}", is_retryable(error))
+        return run_attempt(spark, ledger, checkpoint_id, attempt, token, kafka, jdbc_options(db_url), registry)
+    except Fenced:
         raise
+    except Exception as error:
+        raise JobFailure(f"{type(error).__name__}: {error}", is_retryable(error)) from error

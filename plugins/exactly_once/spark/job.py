@@ -1,36 +1,37 @@
 """The Spark application of one checkpoint attempt, whatever runs it: `jobs/increment.py`
-under spark-submit (local, a standalone master, YARN, Kubernetes), or the Airflow task
-itself as a Spark Connect client (`exactly_once.spark.runners`). Both give it the same
-arguments:
+under spark-submit (local, a standalone master, YARN, Kubernetes), or a process beside the task
+as a Spark Connect client (`python -m exactly_once.spark.job --connect-artifacts ARCHIVE`;
+`exactly_once.spark.runners`). Both give it the same arguments:
 
-    --pipeline NAME --checkpoint-id N --attempt T --settings FILE [--report FILE]
+    --pipeline NAME --checkpoint-id N --attempt T --token FILE --settings FILE --report FILE
 
 It reads the configuration its attempt was started with and the checkpoint's frozen
-ranges from the ledger, writes staging and pre-commits (`exactly_once.spark.increment.execute_attempt`,
-which records a failure and whether a retry may help on the attempt). The pipeline
-database and the Kafka client config come from FILE, which the submitting task writes
-from its Airflow connections (`exactly_once.spark.settings`). Exit status: 0 pre-committed,
-3 fenced (a newer attempt owns the checkpoint), 1 failed; the task that started it reads
-the same verdicts from the ledger. `--report FILE` also writes what the attempt did
-(records, rows per sink, seconds per phase) to FILE as JSON.
+ranges from the ledger and writes staging (`exactly_once.spark.increment.execute_attempt`).
+The pipeline database (the job role's connection, which may write staging but no final
+table and no ledger row) and the Kafka client config come from the settings FILE, which
+the submitting task writes from its Airflow connections (`exactly_once.spark.settings`).
+The report FILE, which the task made private, gets what the attempt staged (records,
+rows per sink, seconds per phase) or how it failed and whether a retry may help: the task
+records that in the ledger, pre-commit or failure (`exactly_once.spark.report`). Exit status: 0 staged,
+3 fenced (a newer attempt owns the checkpoint), 1 failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
+import signal
 import sys
-from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import psycopg2
 from pyspark.sql import SparkSession
 
+from exactly_once.errors import JobFailure
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Fenced
 from exactly_once.spark.increment import execute_attempt
+from exactly_once.spark.report import write_failure, write_report
 from exactly_once.spark.settings import JobSettings
 
 FENCED = 3
@@ -43,30 +44,62 @@ def arguments_parser() -> argparse.ArgumentParser:
     parser.add_argument("--attempt", type=int, required=True, help="the attempt's fencing token")
     parser.add_argument("--settings", type=Path, required=True,
                         help="the pipeline database and Kafka client config, from the submitting task")
-    parser.add_argument("--report", type=Path, help="write the attempt's report here as JSON")
+    parser.add_argument("--report", type=Path, required=True,
+                        help="where the attempt's report goes, for the task to pre-commit or record its failure")
+    parser.add_argument("--token", type=Path, required=True,
+                        help="a private file holding the attempt's token, which the ledger's staging functions ask for")
+    parser.add_argument("--connect-artifacts", type=Path,
+                        help="run as a Spark Connect client of the settings' spark_remote, this code archive "
+                             "added as the session's artifact")
     return parser
 
 
-def run(arguments: list[str], session: Callable[[str], SparkSession]) -> int:
-    """Runs the attempt in `session(application name)`, stopped at the end; the exit status."""
+def run(arguments: list[str]) -> int:
+    """Runs the attempt in a session of its own, stopped at the end; the exit status."""
     args = arguments_parser().parse_args(arguments)
     settings = JobSettings.take(args.settings)
     ledger = Ledger.of_attempt(args.pipeline, args.checkpoint_id, args.attempt,
                                lambda: psycopg2.connect(settings.db_url))
-    spark = session(f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}")
+    name = f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}"
+    spark = SparkSession.builder.appName(name).getOrCreate() if args.connect_artifacts is None else \
+        connect_session(settings.spark_remote, name, args.connect_artifacts)
     try:
-        report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, settings.kafka, settings.db_url,
-                                 settings.schema_registry)
+        report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, args.token.read_text(),
+                                 settings.kafka, settings.db_url, settings.schema_registry)
     except Fenced as fenced:
         print(f"fenced: {fenced}", file=sys.stderr)
         return FENCED
+    except JobFailure as failure:
+        write_failure(args.report, failure)
+        raise
     finally:
         spark.stop()
-    if args.report:
-        args.report.write_text(json.dumps(asdict(report)))
+    write_report(args.report, report)
     return 0
+
+
+def connect_session(url: str, name: str, archive: Path) -> SparkSession:
+    """A new Spark Connect session with the code archive as its artifact. SIGTERM (the task
+    stopped: `ConnectRunner.on_kill`) interrupts what the session runs on the server first."""
+    session = SparkSession.builder.remote(url).appName(name).create()
+    try:
+        session.addArtifacts(str(archive), pyfile=True)
+    except BaseException:
+        session.stop()
+        raise
+
+    def interrupt(signum: int, _frame) -> None:
+        session.interruptAll()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    return session
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(sys.argv[1:], lambda name: SparkSession.builder.appName(name).getOrCreate())
+    return run(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from exactly_once import faults
 from exactly_once.config import Sink
 from exactly_once.errors import Permanent
+from exactly_once.ledger import trials
 from exactly_once.ledger.checkpoints import Checkpoint
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.protocol import Ledger
@@ -104,9 +105,10 @@ class _Refused(Exception):
 
 
 class Staging:
-    def __init__(self, ledger: Ledger, checkpoint: Checkpoint, attempt: int, jdbc: Mapping[str, str],
+    def __init__(self, ledger: Ledger, checkpoint: Checkpoint, attempt: int, token: str, jdbc: Mapping[str, str],
                  registry: SchemaRegistry | None = None):
         self.ledger, self.checkpoint, self.attempt, self.jdbc = ledger, checkpoint, attempt, jdbc
+        self.token = token  # the attempt's, which the ledger's staging functions ask for
         self.registry = registry  # the schema registry a record format reads from
         self.checkpoint_id, self.ranges = checkpoint.id, checkpoint.ranges
         self.config = ledger.config
@@ -215,20 +217,12 @@ class Staging:
 
     def _trial_promote(self, tag: int) -> tuple[str, Exception] | None:
         """Promotes the rows tagged `tag` into the refusing sinks' tables and rolls back:
-        (sink, the database's error) for the first that refuses them, else None."""
-        params = {"checkpoint_id": self.checkpoint_id, "attempt": tag, "slot": self.checkpoint.slot}
+        (sink, the database's error) for the first that refuses them, else None. The ledger
+        runs the promotion (`exactly_once.ledger.trials`): the job's role has no rights on the
+        final tables."""
         with self.ledger.rows() as rows:
-            try:
-                for sink in self.refusing:
-                    try:
-                        for statement in rows.promotion(sink, self.checkpoint.replays is not None):
-                            rows.cur.execute(statement, params)
-                    except psycopg2.Error as refused:
-                        return sink.name, refused
-            finally:
-                rows.cur.connection.rollback()
-        return None
+            return trials.promote(rows, self.checkpoint_id, tag, [sink.name for sink in self.refusing], self.token)
 
     def _delete(self, tag: int) -> None:
         with self.ledger.rows() as rows:
-            rows.delete_staging(self.checkpoint_id, tag)
+            trials.discard(rows, self.checkpoint_id, tag, self.token)

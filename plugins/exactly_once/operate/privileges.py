@@ -1,0 +1,157 @@
+"""Whether each pipeline database connection holds the rights of its duty, and no more
+(README, "Roles by duty"; the grants are sql/migrations/0011_roles_by_duty.sql's):
+
+- `pipeline_db`, the commit role (the tasks): reads and writes the ledger and the final tables;
+- `pipeline_db_job`, the job role (the Spark job): reads the ledger, inserts into staging,
+  runs the two staging functions; nothing on a final table, no write to the ledger, no
+  UPDATE or DELETE of staging;
+- `pipeline_db_read`, the read role (status, the pipelines view), where it is defined: reads
+  the ledger; nothing on staging or a final table.
+
+Each right missing or too much is a problem naming the connection, the table and the
+privilege. A table that does not exist yet (staging before the first registration) is not asked about.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+
+import psycopg2
+from psycopg2 import sql
+
+from exactly_once.config import PipelineConfig
+from exactly_once.ledger.tables import LEDGER_SCHEMA, contributions_table, final_table, staging_tables
+from exactly_once.problems import PreflightFailed, Problem
+from exactly_once.sqlfiles import named
+
+Q = named("privileges.sql")
+# What opens a connection by its Airflow connection id (None when it is not defined).
+Table = tuple[str, str]  # (schema, name)
+ConnectAs = Callable[[str], "Callable[[], object] | None"]
+
+WRITES = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
+# The ledger's tables the job reads: its attempt's configuration, checkpoint and ranges, why
+# attempts were sent back, the ranges an operator dead-lettered.
+JOB_READS = ("config_versions", "checkpoints", "checkpoint_ranges", "attempts", "operator_actions")
+# The ledger's tables status and the pipelines view read; the commit role writes these and
+# the attempts' trial promotions.
+LEDGER = (*JOB_READS, "pipelines", "committed_ranges", "partitions", "gaps", "preflights", "dead_letters")
+WRITTEN_BY_COMMIT = (*LEDGER, "trial_promotions")
+JOB_FUNCTIONS = (f"{LEDGER_SCHEMA}.discard_staged(regclass, bigint, integer, text)",
+                 f"{LEDGER_SCHEMA}.trial_promote(bigint, integer, text[], text)")
+
+
+@dataclass(frozen=True)
+class Duty:
+    """The rights a connection's duty needs and those it must not hold, as (table, privilege)."""
+
+    what: str
+    needs: tuple[tuple[Table, str], ...]
+    refuses: tuple[tuple[Table, str], ...]
+    functions: tuple[str, ...] = ()
+    schemas: tuple[str, ...] = ()  # needs USAGE: the job role resolves final tables' names
+    may_be_superuser: bool = False
+
+
+def duties(config: PipelineConfig) -> dict[str, Duty]:
+    """Each connection's duty for this pipeline's tables, by connection id."""
+    from exactly_once.connections import PIPELINE_DB, PIPELINE_DB_JOB, PIPELINE_DB_READ
+
+    final = [_parts(final_table(sink)) for sink in config.sinks]
+    staging = [_parts(table) for table in staging_tables(config).values()]
+    contributions = [_parts(contributions_table(config, sink)) for sink in config.sinks]
+    ledger = [(LEDGER_SCHEMA, name) for name in LEDGER]
+    written = [(LEDGER_SCHEMA, name) for name in WRITTEN_BY_COMMIT]
+    job_reads = [(LEDGER_SCHEMA, name) for name in JOB_READS]
+    return {
+        PIPELINE_DB: Duty("the commit role", _each(final, ("SELECT", "INSERT", "UPDATE", "DELETE"))
+                          + _each(written, ("SELECT", "INSERT", "UPDATE", "DELETE")), (), may_be_superuser=True),
+        PIPELINE_DB_JOB: Duty("the job role", _each(job_reads, ("SELECT",)) + _each(staging, ("SELECT", "INSERT")),
+                              _each(final, ("SELECT", *WRITES)) + _each(written, WRITES)
+                              + _each(staging, ("UPDATE", "DELETE", "TRUNCATE"))
+                              + _each(contributions, ("SELECT", *WRITES)),
+                              JOB_FUNCTIONS, tuple(dict.fromkeys(schema for schema, _ in final))),
+        PIPELINE_DB_READ: Duty("the read role", _each(ledger, ("SELECT",)),
+                               _each(final, ("SELECT", *WRITES)) + _each(written, WRITES)
+                               + _each(staging, ("SELECT", *WRITES)) + _each(contributions, ("SELECT", *WRITES))),
+    }
+
+
+def _parts(table: sql.Identifier) -> Table:
+    schema, name = table.strings
+    return schema, name
+
+
+def _each(tables: list[Table], privileges: tuple[str, ...]) -> tuple[tuple[Table, str], ...]:
+    return tuple((table, privilege) for table in tables for privilege in privileges)
+
+
+def require(config: PipelineConfig, connect_as: ConnectAs) -> None:
+    """PreflightFailed naming every right missing or too much."""
+    found = problems(config, connect_as)
+    if found:
+        raise PreflightFailed(config.name, found)
+
+
+def problems(config: PipelineConfig, connect_as: ConnectAs) -> list[Problem]:
+    """Every right missing or too much, of each connection `connect_as(connection id)` opens
+    (None for a connection that is not defined, which `connection_problems` reports)."""
+    from exactly_once.connections import PIPELINE_DB
+
+    found, commit_role = [], None
+    for conn_id, duty in duties(config).items():
+        connect = connect_as(conn_id)
+        if connect is None:
+            continue
+        try:
+            conn = connect()
+        except psycopg2.OperationalError:
+            continue  # a connection that cannot log in: `connection_problems` says why
+        with closing(conn), conn, conn.cursor() as cur:
+            if conn_id == PIPELINE_DB:
+                cur.execute(Q["current_user"])
+                commit_role = cur.fetchone()[0]
+            found += duty_problems(cur, conn_id, duty, commit_role)
+    return found
+
+
+def duty_problems(cur, conn_id: str, duty: Duty, commit_role: str | None = None) -> list[Problem]:
+    subject = f"connection {conn_id!r}"
+    if not duty.may_be_superuser:
+        cur.execute(Q["powers"])
+        powers = [power for power, in cur.fetchall()]
+        if powers:
+            return [Problem(subject, f"{duty.what} {', and '.join(powers)}: it must hold its grants and no more")]
+    asked = (*duty.needs, *duty.refuses)
+    cur.execute(Q["table_rights"], {"schemas": [t[0] for t, _ in asked], "tables": [t[1] for t, _ in asked],
+                                    "privileges": [p for _, p in asked]})
+    found = cur.fetchall()
+    held = {((schema, table), privilege): on_table for schema, table, privilege, on_table, _ in found}
+    held_anyhow = {((schema, table), privilege): on_any for schema, table, privilege, _, on_any in found}
+    missing = [f"{p} on {_named(t)}" for t, p in duty.needs if held.get((t, p)) is False]
+    too_much = [f"{p} on {_named(t)}" for t, p in duty.refuses if held_anyhow.get((t, p)) is True]
+    cur.execute(Q["function_rights"], {"names": list(duty.functions)})
+    runs = dict(cur.fetchall())
+    missing += [f"EXECUTE on {f}" for f in duty.functions if runs.get(f) is not True]
+    cur.execute(Q["schema_rights"], {"schemas": list(duty.schemas), "commit_role": commit_role})
+    usable = dict(cur.fetchall())
+    missing += [f"USAGE on schema {schema} (GRANT USAGE ON SCHEMA {_quoted(schema)} TO exactly_once_job)"
+                for schema in duty.schemas if usable.get(schema) is False]
+    found = []
+    if missing:
+        found.append(Problem(subject, f"{duty.what} lacks " + ", ".join(missing)))
+    if too_much:
+        found.append(Problem(subject, f"{duty.what} must not hold " + ", ".join(too_much)))
+    return found
+
+
+def _quoted(name: str) -> str:
+    """An identifier as SQL takes it: quoted unless it is a plain lower-case name."""
+    return name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def _named(table: Table) -> str:
+    return ".".join(table)
