@@ -27,8 +27,7 @@ from playwright.sync_api import expect
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
-from exactly_once.operate.overview import PREVIEW_BYTES, REASON_CHARACTERS, REASON_KINDS, preview
-from exactly_once.sqlfiles import named
+from exactly_once.operate.overview import PREVIEW_BYTES, REASON_CHARACTERS, REASON_KINDS, preview, with_reason_kind
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import produce
 from exactly_once_stack import airflow
@@ -175,8 +174,8 @@ def read_the_view(page, fresh_demo: str, kafka_servers: str, stalled: str, stall
     assert orders.get_by_text("Open checkpoints").locator("xpath=following-sibling::*[1]").inner_text() == "none"
 
     with closing(psycopg2.connect(fresh_demo)) as conn, conn.cursor() as cur:  # per kind of reason
-        cur.execute(named("overview.sql")["dead_letter_reasons"], {"pipeline": "orders", "limit": REASON_KINDS,
-                                                                   "characters": REASON_CHARACTERS})
+        cur.execute(with_reason_kind("dead_letter_reasons"), {"pipeline": "orders", "limit": REASON_KINDS,
+                                                              "characters": REASON_CHARACTERS})
         reasons = dict(cur.fetchall())
     shown = dict(zip(orders.locator('[data-field="dead-letter-reason"]').all_inner_texts(),
                      map(int, orders.locator('[data-field="dead-letter-count"]').all_inner_texts())))

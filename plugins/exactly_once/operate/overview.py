@@ -31,7 +31,7 @@ from exactly_once.sqlfiles import named
 Q = named("overview.sql")
 
 
-def _with_reason_kind(statement: str) -> sql.Composed:
+def with_reason_kind(statement: str) -> sql.Composed:
     """The statement with the one expression of a dead letter's kind of reason."""
     return sql.SQL(Q[statement]).format(reason_kind=sql.SQL(Q["reason_kind"]))
 PREVIEW_BYTES = 64
@@ -115,10 +115,10 @@ def _overview(conn, status: PipelineStatus, dag_id: str | None, dead_letters: in
               payloads: bool) -> PipelineOverview:
     where = {"pipeline": status.name}
     with conn.cursor() as cur:
-        cur.execute(_with_reason_kind("dead_letter_reasons"),
+        cur.execute(with_reason_kind("dead_letter_reasons"),
                     {**where, "limit": REASON_KINDS, "characters": REASON_CHARACTERS})
         reasons = tuple((shown_error(kind), n) for kind, n in cur.fetchall())
-        cur.execute(_with_reason_kind("newest_dead_letters"), {**where, "bytes": PREVIEW_BYTES, "limit": dead_letters,
+        cur.execute(with_reason_kind("newest_dead_letters"), {**where, "bytes": PREVIEW_BYTES, "limit": dead_letters,
                                                "payloads": payloads, "characters": REASON_CHARACTERS})
         newest = tuple(DeadLetter(t, p, o, shown_error(reason), cp, at,
                                   (preview(None if value is None else bytes(value)) if payloads else None), size)
