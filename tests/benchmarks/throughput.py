@@ -40,6 +40,7 @@ from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.tables import DEAD_LETTERS, final_table, staging_tables
 from exactly_once.orchestration import tasks
+from exactly_once.spark.report import AttemptReport
 from exactly_once.spark.settings import JobSettings
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import produce
@@ -60,7 +61,8 @@ EVERY_ROW = sql.SQL("true")
 class Repetition:
     records: int                # committed records the checkpoint read (bad ones included)
     plan: float                 # seconds
-    start_attempt: float
+    start_attempt: float        # and the attempt's token, around the job
+    pre_commit: float           # the task's pre-commit of what the job reported
     job: SparkRun               # its report: records, rows per sink, seconds per phase
     commit: float               # the commit's transaction
     clean_up: float             # the staging clean-up after it
@@ -74,7 +76,7 @@ class Repetition:
 
     @property
     def end_to_end(self) -> float:
-        return self.plan + self.start_attempt + self.job.seconds + self.commit + self.clean_up
+        return self.plan + self.start_attempt + self.job.seconds + self.pre_commit + self.commit + self.clean_up
 
     def phase(self, name: str) -> float:
         return self.job.report["seconds"][name]
@@ -176,28 +178,36 @@ class Bench:
         }
         done = {name: runs[name]() for name in rotated(self.repetition)}
         self.check_peers_equal()
-        job, start_attempt, commit, clean_up, staged = done["exactly-once"]
+        job, start_attempt, pre_commit, commit, clean_up, staged = done["exactly-once"]
         copy_bare, copy_like_staging, insert_select = self.postgres_limits(staged)
-        return Repetition(job.report["records"], plan.seconds, start_attempt, job, commit, clean_up,
+        return Repetition(job.report["records"], plan.seconds, start_attempt, pre_commit, job, commit, clean_up,
                           sum(staged.values()), copy_bare, copy_like_staging, insert_select, done["kafka-read"],
                           done["at-least-once"], done["streaming"])
 
-    def checkpoint(self, checkpoint_id: int) -> tuple[SparkRun, float, float, float, dict[str, int]]:
-        """The checkpoint's increment and commit: (its job, the time around the job, the commit's
-        transaction, the clean-up after it, the staged rows per table)."""
+    def checkpoint(self, checkpoint_id: int) -> tuple[SparkRun, float, float, float, float, dict[str, int]]:
+        """The checkpoint's increment and commit: (its job, the time around the job but the
+        pre-commit, the pre-commit, the commit's transaction, the clean-up after it, the staged
+        rows per table)."""
         jobs = []
         # As IncrementOperator hands them over: the job role's database connection.
         settings = JobSettings(pipeline_db_url(PIPELINE_DB_JOB), KafkaClient.at(self.servers))
         with Stopwatch() as increment, settings.written() as settings_file:
-            tasks.run_increment(self.ledger, checkpoint_id,
-                                increment_job(JOB, settings_file, self.folder / "increment.log", jobs))
+            submitted = increment_job(JOB, settings_file, self.folder / "increment.log", jobs)
+
+            def job_then_mark(arguments: list[str]) -> AttemptReport:
+                report = submitted(arguments)
+                self.marks["job_ended"] = time.perf_counter()
+                return report
+            tasks.run_increment(self.ledger, checkpoint_id, job_then_mark)
+        pre_commit = self.marks["pre_commit.before_commit"] - self.marks["job_ended"]
         staged = self.save_staging(checkpoint_id)
         with Stopwatch() as commit:
             outcome = tasks.commit_checkpoint(self.ledger, checkpoint_id, try_number=1)
         if outcome is not Outcome.COMMITTED:
             raise AssertionError(f"{self.name}: checkpoint {checkpoint_id} {outcome}")
         transaction = self.marks["commit.before_clean_up"] - commit.started
-        return jobs[0], increment.seconds - jobs[0].seconds, transaction, commit.seconds - transaction, staged
+        return (jobs[0], increment.seconds - jobs[0].seconds - pre_commit, pre_commit, transaction,
+                commit.seconds - transaction, staged)
 
     def save_staging(self, checkpoint_id: int) -> dict[str, int]:
         """Each staging table's rows of the checkpoint into a file (between pre-commit and
