@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh machine, from the project's
-# own files only: Debian packages (PostgreSQL server, JDK, Maven), the Python
+# own files only: Debian packages (PostgreSQL server, JDK, Maven, spin), the Python
 # environment from requirements-test.lock (the runtime lock plus the test
 # packages), the Kafka broker and Spark connector jars and the schema registry
 # (Apicurio Registry) from Maven Central.
@@ -31,6 +31,9 @@ apt_install() {
   command -v mvn >/dev/null || missing+=(maven)
   # The browser the UI tests drive with Playwright (no browser download from elsewhere).
   [[ -x /usr/bin/chromium ]] || missing+=(chromium)
+  # The model checker of the ledger's protocol (./dev prove) and the compiler of its verifiers.
+  command -v spin >/dev/null || missing+=(spin)
+  command -v gcc >/dev/null || missing+=(gcc)
   if ((${#missing[@]})); then
     [[ $(id -u) == 0 ]] || { log "missing Debian packages: ${missing[*]} (install them as root)"; exit 1; }
     log "apt-get install ${missing[*]}"

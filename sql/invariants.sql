@@ -18,6 +18,8 @@ WHERE a.pipeline = %(pipeline)s;
 -- Committed ranges and recorded gaps tile each partition from the pipeline's start offset
 -- up to its frontier. Beyond it lie ranges of backfill runs, each its interval's (and
 -- released ranges planned again); the next run that is not a backfill takes what lies between.
+-- Below it, a hole is allowed only while live ranges hold every offset of it: parallel runs
+-- commit in any order, so a later checkpoint commits while an earlier one is still open.
 WITH pieces AS (
     SELECT topic, partition, from_offset, to_offset, 'checkpoint ' || checkpoint_id AS what
     FROM exactly_once.committed_ranges WHERE pipeline = %(pipeline)s
@@ -32,7 +34,14 @@ SELECT format('%%s[%%s]: %%s starts at %%s, but the committed offsets before it 
               o.topic, o.partition, o.what, o.from_offset, coalesce(o.previous_end, s.start_offset))
 FROM ordered o
 JOIN exactly_once.partitions s ON s.pipeline = %(pipeline)s AND s.topic = o.topic AND s.partition = o.partition
-WHERE o.from_offset < s.frontier AND o.from_offset <> coalesce(o.previous_end, s.start_offset);
+WHERE o.from_offset < s.frontier AND o.from_offset <> coalesce(o.previous_end, s.start_offset)
+  AND NOT coalesce((
+      SELECT range_agg(int8range(r.from_offset, r.to_offset))
+      FROM exactly_once.checkpoint_ranges r
+      JOIN exactly_once.checkpoints k ON k.id = r.checkpoint_id
+      WHERE r.pipeline = %(pipeline)s AND r.topic = o.topic AND r.partition = o.partition
+        AND (k.state IN ('planned', 'running', 'stalled', 'precommitted') OR (r.released AND r.replanned_by IS NULL))
+  ) @> int8range(coalesce(o.previous_end, s.start_offset), o.from_offset), false);
 
 -- name: planned_offsets_stranded
 -- Every planned offset is committed, a recorded gap, or still owned by an open
