@@ -17,7 +17,8 @@ and only the attempt recorded at pre-commit is committed, with the row counts re
 then. At the end of each example everything is resumed and the pipeline is driven to
 quiescence through the run path: every committed Kafka record counts exactly once.
 
-The default run (CI) is 20 examples; EXACTLY_ONCE_MACHINE_EXAMPLES=500 (say) runs deeper.
+The default run (CI) is 10 examples, the same every run; EXACTLY_ONCE_MACHINE_EXAMPLES=500 (say)
+runs deeper, drawing new ones each time.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from tests.ledger.harness import Pipeline, row_of, workload
 from tests.ledger.machine import (Clock, SlicingDriver, Steps, Topic, checkpoint_ranges, committed_records, counts,
                                   fault_hook, quiesce)
 
-EXAMPLES = int(os.environ.get("EXACTLY_ONCE_MACHINE_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("EXACTLY_ONCE_MACHINE_EXAMPLES", "10"))
+FIXED = "EXACTLY_ONCE_MACHINE_EXAMPLES" not in os.environ  # CI draws the same examples every run
 LEASE = timedelta(minutes=10)
 INDEX = st.integers(0, 5)  # which of the checkpoints (or attempts) a rule acts on, modulo their number
 AWAITING = (State.PRECOMMITTED.value, State.STALLED.value, State.COMMITTED.value)
@@ -335,5 +337,5 @@ def test_every_interleaving_of_protocol_steps_keeps_each_committed_record_once(l
     LedgerMachine.db_url, LedgerMachine.servers = ledger_db, kafka_servers
     LedgerMachine.topic, LedgerMachine.produced = records
     run_state_machine_as_test(LedgerMachine, settings=settings(
-        max_examples=EXAMPLES, stateful_step_count=30, deadline=None, database=None,
+        max_examples=EXAMPLES, stateful_step_count=30, deadline=None, database=None, derandomize=FIXED,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
