@@ -3,23 +3,20 @@ triggerer running: five intervals with records in each, three runs at a time, on
 and once backwards (two windows of the demo pipeline) — each run's checkpoint reads exactly
 the records Kafka stamped inside its data interval, none is empty, and the tables equal the
 oracle; clearing a committed run's commit task and backfilling again with
-`reprocess_behavior=completed` change nothing and launch no Spark job; then, with the
-forwards window's DAG file on a later transform, a backfill of three completed runs with
-the `reprocess` parameter replays each of their checkpoints (promise 10): the tables equal the
-oracle with the later transform for those records and the first for the others. The DAGs
-are the demo pipeline on 6-second intervals (tests/dags/window.py).
+`reprocess_behavior=completed` change nothing and launch no Spark job. (A backfill with the
+`reprocess` parameter, which replays its runs' checkpoints, is tests/dags/test_ui.py's last
+step, through the same API.) The DAGs are the demo pipeline on 6-second intervals
+(tests/dags/window.py).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
 
-from exactly_once.ledger.planning import OffsetRange
-from exactly_once_demo.oracle import attempts, checkpoints, reprocessed_ranges, reprocessings
+from exactly_once_demo.oracle import attempts, checkpoints
 from exactly_once_demo.produce import produce
 from tests.dags.window import Api, WindowDag, next_boundary, services, wait_until
 from tests.exactly_once_demo.oracle import assert_each_run_took_its_interval, assert_tables_equal_the_oracle, rows
@@ -35,7 +32,7 @@ def windows(tmp_path, stack_env):
     dags = [WindowDag(f"orders_{name}_{uuid.uuid4().hex[:8]}", first, INTERVAL, first + (RUNS - 1) * INTERVAL)
             for name, first in (("forwards", start), ("backwards", start + RUNS * INTERVAL))]
     with services(tmp_path, dags) as apis:
-        yield [(apis[dag.dag_id], dag.start, dag.last) for dag in dags], dags, tmp_path
+        yield [(apis[dag.dag_id], dag.start, dag.last) for dag in dags]
 
 
 def backfill(api: Api, first: datetime, last: datetime, **options) -> int:
@@ -53,7 +50,7 @@ def began_in_order_of(runs: list[dict], db_url: str) -> list[str]:
 
 def test_backfills_forwards_and_backwards_split_the_intervals_and_clearing_or_reprocessing_changes_nothing(
         fresh_demo, kafka_servers, windows):
-    [(forwards, start, last), (backwards, later_start, later_last)], dags, folder = windows
+    [(forwards, start, last), (backwards, later_start, later_last)] = windows
     for api in (forwards, backwards):
         assert api.call("GET", f"/dags/{api.dag_id}")["is_paused"], "a window DAG must wait paused for its backfill"
     for i in range(2 * RUNS):  # one batch inside each interval of both windows
@@ -90,15 +87,3 @@ def test_backfills_forwards_and_backwards_split_the_intervals_and_clearing_or_re
     assert rows(fresh_demo) == after
     assert attempts(fresh_demo) == spark_attempts  # no Spark job was launched
     assert {run_id: (state, records) for _, run_id, state, records in checkpoints(fresh_demo)} == by_run
-
-    # Deploy a later transform for the forwards window and backfill three of its completed runs with `reprocess`.
-    replace(dags[0], transform="exactly_once_demo.pipeline:prepare_with_returns").write(folder)
-    third = start + 2 * INTERVAL
-    fixed = forwards.finished_runs(forwards.backfill(start, third, reprocess="completed", conf={"reprocess": True}),
-                                   start, third)
-    assert sorted(r["state"] for r in fixed) == ["success"] * 3, fixed
-    history = reprocessings(fresh_demo)
-    assert sorted(run_id for _, run_id, *_ in history) == sorted(r["dag_run_id"] for r in fixed), history
-    assert all(state == "committed" and new != old for _, _, state, new, old in history), history
-    assert_tables_equal_the_oracle(fresh_demo, kafka_servers,
-                                   reprocessed=[OffsetRange(*r) for r in reprocessed_ranges(fresh_demo)])

@@ -1,26 +1,18 @@
 """Support for the ledger's stateful property test (tests/ledger/test_protocol_machine.py):
-a topic read once, a clock the test moves, ledger operations run in worker threads that
-can pause at a fault point inside their transaction, and the checks made after each step.
-
-An operation that waits for a lock held by a paused one would hang the test: `Steps.settle`
-watches PostgreSQL's lock graph (`pg_blocking_pids`) while it waits, and resumes the paused
-operation that blocks it (what a real scheduler would eventually do: the stuck task's
-transaction ends one way or the other). A deadlock between the two is PostgreSQL's to break.
+a topic read once, a clock the test moves, the ledger's state as the checks read it, the
+checks on pre-commits, and the drive to quiescence at the end of each example (the
+operations' threads and pauses: tests/ledger/paused_steps.py).
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
 from contextlib import closing
 from datetime import datetime, timedelta, timezone
 
 import psycopg2
-import psycopg2.errors
 
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.checkpoints import Outcome, State
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import OffsetRange, PartitionOffsets
 from exactly_once.operate import stalls
@@ -29,7 +21,17 @@ from tests import oracle
 from tests.ledger.harness import Driver, row_of
 from tests.oracle import Record
 
-_local = threading.local()  # the operation the current worker thread runs
+AWAITING = (State.PRECOMMITTED.value, State.STALLED.value, State.COMMITTED.value)  # a recorded pre-commit holds
+SNAPSHOT = """
+SELECT k.id, k.state::text, k.attempt, k.precommitted_attempt, k.staged, k.replays,
+       EXISTS (SELECT FROM exactly_once.checkpoint_ranges r
+               WHERE r.checkpoint_id = coalesce(k.replays, k.id) AND r.from_offset < r.to_offset)
+FROM exactly_once.checkpoints k WHERE k.pipeline = %(pipeline)s ORDER BY k.id;
+"""
+ATTEMPTS = """
+SELECT a.checkpoint_id, a.attempt, a.state::text FROM exactly_once.attempts a
+JOIN exactly_once.checkpoints k ON k.id = a.checkpoint_id WHERE k.pipeline = %(pipeline)s ORDER BY 1, 2;
+"""
 
 
 class Clock:
@@ -84,138 +86,6 @@ class SlicingDriver(Driver):
         """The rows per staging table the job counts as it writes `records` once."""
         expected = oracle.expected(self.ledger.config, records, row_of)
         return {name: len(rows) for name, rows in expected.tables.items()}
-
-
-class Crashed(Exception):
-    """An operation abandoned at a fault point (its connection was terminated first)."""
-
-
-class Operation(threading.Thread):
-    """One ledger operation in a worker thread; with `pause_at`, it stops at that fault point
-    (inside its transaction, holding its locks) until `resume` or `crash`."""
-
-    def __init__(self, name: str, work: Callable[[], object], allowed: tuple[type[BaseException], ...] = (),
-                 pause_at: str | None = None):
-        super().__init__(name=name, daemon=True)
-        self.work, self.allowed, self.pause_at = work, allowed, pause_at
-        self.connections: list[tuple] = []  # (connection, its backend's pid)
-        self.stopped = threading.Event()  # paused at its point, or done
-        self.done = threading.Event()
-        self._go = threading.Event()
-        self.crashing = False
-        self.result = self.error = None
-
-    def __repr__(self) -> str:
-        return f"<{self.name}{' paused at ' + self.pause_at if self.paused else ''}>"
-
-    @property
-    def paused(self) -> bool:
-        return self.stopped.is_set() and not self.done.is_set()
-
-    def run(self) -> None:
-        _local.operation = self
-        try:
-            self.result = self.work()
-        except BaseException as error:  # noqa: BLE001 - judged by the step that waits for it
-            self.error = error
-        finally:
-            self.done.set()
-            self.stopped.set()
-
-    def at_fault_point(self, point: str) -> None:
-        if point != self.pause_at or self.stopped.is_set():
-            return
-        self.stopped.set()
-        self._go.wait()
-        if self.crashing:
-            raise Crashed(point)
-
-    def resume(self, crash: bool = False) -> None:
-        self.crashing = crash
-        self.stopped.clear()
-        self._go.set()
-
-    def outcome(self):
-        """Its result; its error if the step did not allow it (or a deadlock PostgreSQL broke)."""
-        if self.error is not None and not self.crashing:
-            if not isinstance(self.error, (*self.allowed, psycopg2.errors.DeadlockDetected)):
-                raise self.error
-        return self.result
-
-
-def fault_hook(point: str) -> None:
-    """The ledger's `fault`: the calling operation's pause point, if it is this one."""
-    operation = getattr(_local, "operation", None)
-    if operation is not None:
-        operation.at_fault_point(point)
-
-
-class Steps:
-    """Runs operations one at a time, keeping the paused ones; resumes one that blocks a step."""
-
-    HANG = 60  # seconds a step may wait with no paused operation to blame
-
-    def __init__(self, db_url: str):
-        self.db_url = db_url
-        self.paused: list[Operation] = []
-        self.monitor = psycopg2.connect(db_url)
-        self.monitor.autocommit = True
-
-    def connect(self):
-        """The ledger's connections, remembered by the operation that opens them."""
-        conn = psycopg2.connect(self.db_url)
-        operation = getattr(_local, "operation", None)
-        if operation is not None:
-            operation.connections.append((conn, conn.get_backend_pid()))
-        return conn
-
-    def run(self, name: str, work: Callable[[], object], allowed=(), pause_at: str | None = None):
-        """Runs `work` to its end (its outcome) or, with `pause_at`, until it pauses there (None)."""
-        operation = Operation(name, work, allowed, pause_at)
-        operation.start()
-        self.settle(operation)
-        if operation.paused:
-            self.paused.append(operation)
-            return None
-        return operation.outcome()
-
-    def resume(self, operation: Operation, crash: bool = False):
-        """Lets a paused operation go on, or crashes it: its connections are terminated (the
-        transaction rolls back, as when its worker dies), then it is abandoned."""
-        self.paused.remove(operation)
-        if crash:
-            with self.monitor.cursor() as cur:
-                for conn, pid in operation.connections:
-                    if not conn.closed:
-                        cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        operation.resume(crash)
-        self.settle(operation)
-        return operation.outcome()
-
-    def settle(self, operation: Operation) -> None:
-        deadline = time.monotonic() + self.HANG
-        while not operation.stopped.wait(0.01):
-            blocker = self._blocking()
-            if blocker is not None:
-                self.resume(blocker)
-                deadline = time.monotonic() + self.HANG
-            assert time.monotonic() < deadline, f"{operation} hangs, and no paused operation holds it"
-
-    def _blocking(self) -> Operation | None:
-        """The paused operation some backend waits for, if any."""
-        pids = {pid: op for op in self.paused for conn, pid in op.connections if not conn.closed}
-        if not pids:
-            return None
-        with self.monitor.cursor() as cur:
-            cur.execute("SELECT DISTINCT unnest(pg_blocking_pids(pid)) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND wait_event_type = 'Lock'")
-            blockers = [pid for pid, in cur.fetchall() if pid in pids]
-        return pids[blockers[0]] if blockers else None
-
-    def close(self) -> None:
-        for operation in list(self.paused):
-            self.resume(operation, crash=True)
-        self.monitor.close()
 
 
 def counts(staged) -> dict[str, int]:
@@ -273,3 +143,34 @@ def _open(pipeline) -> list[tuple]:
                     "WHERE pipeline = %s AND state NOT IN ('committed', 'aborted') ORDER BY id",
                     (pipeline.config.name,))
         return cur.fetchall()
+
+
+def ledger_state(conn, pipeline: str) -> tuple[dict[int, tuple], list[tuple]]:
+    """checkpoint → (state, current attempt, pre-committed attempt, its counts, replays, has
+    records), and every attempt as (checkpoint, attempt, state)."""
+    with conn.cursor() as cur:
+        cur.execute(SNAPSHOT, {"pipeline": pipeline})
+        checkpoints = {row[0]: (row[1], row[2], row[3], counts(row[4]), row[5], row[6]) for row in cur.fetchall()}
+        cur.execute(ATTEMPTS, {"pipeline": pipeline})
+        attempts = cur.fetchall()
+    conn.rollback()
+    return checkpoints, attempts
+
+
+def assert_pre_commits_kept(cps: dict[int, tuple], attempts: list[tuple], precommits: dict[int, tuple],
+                            released_by_operator: set[int]) -> None:
+    """What `pre_commit` recorded (`precommits`: checkpoint → (attempt, counts)) is what an
+    awaiting or committed checkpoint holds, a pre-commit is never discarded (but by an
+    operator's retry), and only the pre-committed attempt commits."""
+    for cp, (state, _, pa, staged, _, _) in cps.items():
+        if pa is not None and state in AWAITING:
+            assert precommits.get(cp) == (pa, staged), \
+                f"checkpoint {cp} is {state} with attempt {pa} and counts {staged}, but its pre-commit " \
+                f"recorded {precommits.get(cp)}"
+    for cp, (attempt, staged) in precommits.items():
+        state, _, pa, _, _, _ = cps[cp]
+        assert cp in released_by_operator or (state in AWAITING and pa == attempt), \
+            f"checkpoint {cp} was pre-committed with attempt {attempt}, and is {state} now (attempt {pa})"
+    for cp, attempt, state in attempts:
+        assert state != "committed" or cps[cp][2] == attempt, \
+            f"attempt {attempt} of checkpoint {cp} committed, but attempt {cps[cp][2]} pre-committed"

@@ -6,7 +6,7 @@ harness's driver playing the Spark job, over one pipeline with a sink of each mo
 
 Operations also run concurrently at the ledger's own isolation (READ COMMITTED): one may
 pause at a fault point inside its transaction, holding its locks, while other steps run
-on other connections; a later step resumes or crashes it (tests/ledger/machine.py says how
+on other connections; a later step resumes or crashes it (tests/ledger/paused_steps.py says how
 a step blocked by a paused one goes on). This is where a count and a later statement in
 two snapshots would show.
 
@@ -36,7 +36,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from exactly_once.errors import AttemptFailed
 from exactly_once.ledger import replays
-from exactly_once.ledger.checkpoints import State
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.refusals import (Fenced, NotPreCommitted, NotReprocessable, NotRunnable, SentBack,
                                           StagingIncomplete, Stalled)
@@ -45,29 +44,17 @@ from exactly_once.orchestration import tasks
 from tests import oracle
 from tests.kafka_records import create_topic, produce_transactions
 from tests.ledger.harness import Pipeline, row_of, workload
-from tests.ledger.machine import (Clock, SlicingDriver, Steps, Topic, checkpoint_ranges, committed_records, counts,
-                                  fault_hook, quiesce)
+from tests.ledger.machine import (AWAITING, Clock, SlicingDriver, Topic, assert_pre_commits_kept, checkpoint_ranges,
+                                  committed_records, counts, ledger_state, quiesce)
+from tests.ledger.paused_steps import Steps, fault_hook
 
 EXAMPLES = int(os.environ.get("EXACTLY_ONCE_MACHINE_EXAMPLES", "10"))
 FIXED = "EXACTLY_ONCE_MACHINE_EXAMPLES" not in os.environ  # CI draws the same examples every run
 LEASE = timedelta(minutes=10)
 INDEX = st.integers(0, 5)  # which of the checkpoints (or attempts) a rule acts on, modulo their number
-AWAITING = (State.PRECOMMITTED.value, State.STALLED.value, State.COMMITTED.value)
 PAUSES = [("begin", "begin.before_commit"), ("start_attempt", "start_attempt.before_commit"),
           ("pre_commit", "pre_commit.before_commit"), ("begin", "commit.before_promote")] + [
     ("commit", f"commit.{point}") for point in ("before_promote", "before_commit", "before_clean_up")]
-SNAPSHOT = """
-SELECT k.id, k.state::text, k.attempt, k.precommitted_attempt, k.staged, k.replays,
-       EXISTS (SELECT FROM exactly_once.checkpoint_ranges r
-               WHERE r.checkpoint_id = coalesce(k.replays, k.id) AND r.from_offset < r.to_offset)
-FROM exactly_once.checkpoints k WHERE k.pipeline = %(pipeline)s ORDER BY k.id;
-"""
-ATTEMPTS = """
-SELECT a.checkpoint_id, a.attempt, a.state::text FROM exactly_once.attempts a
-JOIN exactly_once.checkpoints k ON k.id = a.checkpoint_id WHERE k.pipeline = %(pipeline)s ORDER BY 1, 2;
-"""
-
-
 class LedgerMachine(RuleBasedStateMachine):
     db_url = servers = topic = produced = None  # set by the test from its fixtures
 
@@ -118,10 +105,11 @@ class LedgerMachine(RuleBasedStateMachine):
         return self.steps.run(name, work, allowed, pause_at)
 
     def recovering(self, name, work, allowed):
-        """A step that recovers: stale staging rows are gone after it, if nothing was paused."""
-        quiet = not self.steps.paused
-        self.step(name, work, allowed)
-        if quiet and not self.steps.paused:
+        """A step that recovers: stale staging rows are gone after it, if nothing was paused
+        and it ran to its end (a begin refused by a stall returns before recovering)."""
+        quiet, finished = not self.steps.paused, []
+        self.step(name, lambda: finished.append(work()), allowed)
+        if quiet and finished and not self.steps.paused:
             self.stale_rows_possible = False
 
     def _ranges(self, checkpoint_id: int):
@@ -286,31 +274,14 @@ class LedgerMachine(RuleBasedStateMachine):
     @invariant()
     def checks(self):
         config = self.pipeline.config
-        with self.checker.cursor() as cur:
-            cur.execute(SNAPSHOT, {"pipeline": config.name})
-            # checkpoint → (state, current attempt, pre-committed attempt, its counts, replays, has records)
-            self.cps = {row[0]: (row[1], row[2], row[3], counts(row[4]), row[5], row[6]) for row in cur.fetchall()}
-            cur.execute(ATTEMPTS, {"pipeline": config.name})
-            self.attempts = cur.fetchall()
-        self.checker.rollback()
+        self.cps, self.attempts = ledger_state(self.checker, config.name)
         expected = oracle.expected(config, committed_records(self.topic, self.db_url, config.name), row_of)
         oracle.assert_exact(expected, self.pipeline.actual())
         if not self.steps.paused:
             found = [v for v in violations(self.checker, config)
                      if not (self.stale_rows_possible and v.startswith("staging_left_behind"))]
             assert found == [], found
-        for cp, (state, _, pa, staged, _, _) in self.cps.items():
-            if pa is not None and state in AWAITING:
-                assert self.precommits.get(cp) == (pa, staged), \
-                    f"checkpoint {cp} is {state} with attempt {pa} and counts {staged}, but its pre-commit " \
-                    f"recorded {self.precommits.get(cp)}"
-        for cp, (attempt, staged) in self.precommits.items():
-            state, _, pa, _, _, _ = self.cps[cp]
-            assert cp in self.released_by_operator or (state in AWAITING and pa == attempt), \
-                f"checkpoint {cp} was pre-committed with attempt {attempt}, and is {state} now (attempt {pa})"
-        for cp, attempt, state in self.attempts:
-            assert state != "committed" or self.cps[cp][2] == attempt, \
-                f"attempt {attempt} of checkpoint {cp} committed, but attempt {self.cps[cp][2]} pre-committed"
+        assert_pre_commits_kept(self.cps, self.attempts, self.precommits, self.released_by_operator)
 
     def teardown(self):
         try:
