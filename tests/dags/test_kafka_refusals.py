@@ -35,12 +35,16 @@ def refused_connection(case: str, other_ca: tls.TlsFiles) -> dict:
 
 
 @pytest.mark.parametrize("case, cause", [
-    ("wrong CA", "self-signed certificate in certificate chain"),  # the broker sends its CA in its chain
-    ("expired", "certificate has expired"),
-    ("another host", "IP address mismatch, certificate is not valid for '127.0.0.1'"),
-    ("wrong password", "SASL authentication error: Authentication failed during authentication due to invalid "
-                       "credentials with SASL mechanism SCRAM-SHA-512"),
-], ids=["wrong CA", "expired", "another host", "wrong password"])
+    pytest.param("wrong CA", "self-signed certificate in certificate chain",  # the broker sends its CA in its chain
+                 id="wrong CA"),
+    # Variants: the wrong CA's path with another OpenSSL verdict (tests/stack/test_kafka.py
+    # checks the broker's listeners give these verdicts).
+    pytest.param("expired", "certificate has expired", id="expired", marks=pytest.mark.variant),
+    pytest.param("another host", "IP address mismatch, certificate is not valid for '127.0.0.1'", id="another host",
+                 marks=pytest.mark.variant),
+    pytest.param("wrong password", "SASL authentication error: Authentication failed during authentication due to "
+                 "invalid credentials with SASL mechanism SCRAM-SHA-512", id="wrong password"),
+])
 def test_a_refused_connection_fails_the_first_task_once_naming_it_and_the_cause_with_no_checkpoint(
         case, cause, fresh_demo, kafka_servers, tmp_path):
     produce(kafka_servers, 50)

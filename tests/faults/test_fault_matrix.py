@@ -4,17 +4,18 @@
 seeds: ./dev faults --seeds 1 2 3.
 
 The slice keeps a scenario of each kind that only real processes show — a Spark driver
-killed, PostgreSQL and Kafka restarted under a job, a zombie driver, retention — and a
-reprocessing crashed after its pre-commit; a worker killed mid-write and the Spark Connect
-server restarted (p and r) run inside the demo DAG's runs in tests/dags/test_spark_clusters.py.
+killed, PostgreSQL and Kafka restarted under a job, a zombie driver, retention; a worker
+killed mid-write and the Spark Connect server restarted (p and r) run inside the demo DAG's
+runs in tests/dags/test_spark_clusters.py.
 The others have counterparts: b, c, d, e, h, j, l among the protocol's own tests
 (tests/ledger/test_protocol.py: a failed or crashed attempt, a killed commit connection,
 commit twice, racing planners, a lease taken over, recovery committing what is
 pre-committed), o (a zombie reprocessing) and s (a zombie Connect task) in i, q (a on
-the standalone cluster) in a, n (a reprocessing's commit racing a run's) in the state
-machine of tests/ledger/test_protocol_machine.py (a reprocessing while a commit is paused
-inside its transaction, on real PostgreSQL) and the model's reprocessing configurations
-(tests/model/test_model.py: every interleaving)."""
+the standalone cluster) in a, m and n (a reprocessing crashed after its pre-commit, its
+commit racing a run's) in the model's reprocessing configuration (tests/model/test_model.py:
+a crash at any step of a reprocessing, every interleaving with a run) and the state machine
+of tests/ledger/test_protocol_machine.py (a reprocessing while a commit is paused inside its
+transaction, on real PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import pytest
 from tests.faults.matrix import render, run_row
 
 ROWS = []  # the matrix, printed at the end of the session (tests/faults/conftest.py)
-SLICE = ["a", "f1", "g", "i", "k", "m"]
+SLICE = ["a", "f1", "g", "i", "k"]
 
 
 @pytest.mark.parametrize("scenario", SLICE)
