@@ -55,6 +55,8 @@ INDEX = st.integers(0, 5)  # which of the checkpoints (or attempts) a rule acts 
 PAUSES = [("begin", "begin.before_commit"), ("start_attempt", "start_attempt.before_commit"),
           ("pre_commit", "pre_commit.before_commit"), ("begin", "commit.before_promote")] + [
     ("commit", f"commit.{point}") for point in ("before_promote", "before_commit", "before_clean_up")]
+
+
 class LedgerMachine(RuleBasedStateMachine):
     db_url = servers = topic = produced = None  # set by the test from its fixtures
 
