@@ -10,7 +10,7 @@ set -uo pipefail
 # The database roles' passwords: postgres (superuser), pipeline (owner, the commit role),
 # pipeline_job (the Spark job), pipeline_read (status and the view), airflow (Airflow's metadata).
 PASSWORDS=(POSTGRES_PASSWORD PIPELINE_DB_PASSWORD PIPELINE_DB_JOB_PASSWORD PIPELINE_DB_READ_PASSWORD AIRFLOW_DB_PASSWORD)
-OTHERS=(AIRFLOW_ADMIN_PASSWORD AIRFLOW_JWT_SECRET AIRFLOW_FERNET_KEY)
+OTHERS=(AIRFLOW_ADMIN_PASSWORD AIRFLOW_JWT_SECRET AIRFLOW_FERNET_KEY METRICS_SCRAPER_TOKEN)
 # What .env.example held up to issue 43: public, so refused.
 PUBLISHED=(local-only-postgres local-only-pipeline local-only-airflow local-only-admin local-only-jwt-secret
            bG9jYWwtb25seS1mZXJuZXQta2V5LWNoYW5nZS1tZSE=)

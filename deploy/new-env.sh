@@ -28,6 +28,7 @@ fi
   echo "AIRFLOW_ADMIN_PASSWORD=$(random 18)"
   echo "AIRFLOW_FERNET_KEY=$(random 32)"
   echo "AIRFLOW_JWT_SECRET=$(random 32)"
+  echo "METRICS_SCRAPER_TOKEN=$(random 24)"
   echo "AIRFLOW_UI_PORT=8080"
 } >> "$target"
 echo "new-env.sh: wrote $target"

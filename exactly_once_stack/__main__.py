@@ -1,5 +1,5 @@
-"""python -m exactly_once_stack {up|down|status|versions|running}
-(running: exit status 0 when PostgreSQL and Kafka run)"""
+"""python -m exactly_once_stack {up [--monitoring]|down|status|versions|running}
+(running: exit status 0 when PostgreSQL and Kafka run; --monitoring: Prometheus too)"""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from exactly_once_stack import lifecycle
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m exactly_once_stack", description=__doc__)
     parser.add_argument("command", choices=["up", "down", "status", "versions", "running"])
-    command = parser.parse_args().command
+    parser.add_argument("--monitoring", action="store_true",
+                        help="up: start Prometheus too, scraping the pipelines' metrics from the api-server")
+    arguments = parser.parse_args()
+    command = arguments.command
     if command == "running":
         raise SystemExit(0 if lifecycle.running() else 1)
     if command == "up":
-        started = lifecycle.up()
+        started = lifecycle.up(monitoring=arguments.monitoring)
         print("started: " + (", ".join(started) or "nothing (all running)"))
         command = "status"
     if command == "down":

@@ -6,12 +6,13 @@ import json
 import sys
 from importlib.metadata import version as dist_version
 
-from exactly_once_stack import airflow, kafka, postgres, schema_registry, spark, spark_cluster
+from exactly_once_stack import airflow, kafka, postgres, prometheus, schema_registry, spark, spark_cluster
 from exactly_once_stack.settings import ENV_SH, LOOPBACK, TLS, environment, ports, spark_mode, write_env_sh
 
 
-def up() -> list[str]:
-    """Starts what is not running; returns the names of the services it started."""
+def up(monitoring: bool = False) -> list[str]:
+    """Starts what is not running (Prometheus too with `monitoring`); returns the names of
+    the services it started."""
     started = []
     if not postgres.initialised():
         airflow.forget_migration()
@@ -26,6 +27,8 @@ def up() -> list[str]:
         started += spark_cluster.start(spark_mode())
         write_env_sh()
         airflow.migrate()
+        if monitoring and prometheus.start():
+            started.append("prometheus")
     except BaseException:
         down(started)
         raise
@@ -33,13 +36,15 @@ def up() -> list[str]:
 
 
 def down(names: list[str] | None = None) -> None:
-    """Stops the named services (all by default), Spark, the schema registry and Kafka before the
-    database."""
+    """Stops the named services (all by default), Prometheus, Spark, the schema registry and
+    Kafka before the database."""
     if names is None:
         spark_cluster.stop()
-        names = ["schema-registry", "kafka", "postgres"]
+        names = ["prometheus", "schema-registry", "kafka", "postgres"]
     else:
         spark_cluster.stop_named(names)
+    if "prometheus" in names:
+        prometheus.stop()
     if "schema-registry" in names:
         schema_registry.stop()
     if "kafka" in names:
@@ -54,7 +59,7 @@ def running() -> bool:
 
 def status() -> dict[str, str]:
     env = environment()
-    pg, broker, registry = postgres.pid(), kafka.pid(), schema_registry.pid()
+    pg, broker, registry, monitoring = postgres.pid(), kafka.pid(), schema_registry.pid(), prometheus.pid()
     return {
         "postgres": f"running pid {pg}, {env['PIPELINE_DB_URL'].split('@')[1]}" if pg else "stopped",
         "kafka": f"running pid {broker}, {env['KAFKA_BOOTSTRAP_SERVERS']} (plaintext), "
@@ -64,6 +69,8 @@ def status() -> dict[str, str]:
                  if broker else "stopped",
         "schema-registry": f"running pid {registry}, {schema_registry.url()}{schema_registry.CCOMPAT} "
                            "(HTTPS, basic auth: schema_registry_default)" if registry else "stopped",
+        "prometheus": f"running pid {monitoring}, {prometheus.url()} (scrapes {prometheus.METRICS_PATH})"
+                      if monitoring else "stopped (`./dev up --monitoring` starts it)",
         "spark": f"{json.loads(env['AIRFLOW_CONN_SPARK_DEFAULT'])} (STACK_SPARK={spark_mode()}); running: "
                  f"{spark_cluster.running() or 'no cluster services'}",
         "env": str(ENV_SH) if ENV_SH.exists() else "not written yet (run `python -m exactly_once_stack up`)",

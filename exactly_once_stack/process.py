@@ -22,6 +22,20 @@ def wait_until(ready: Callable[[], bool], timeout: float, what: str, log: Path |
     raise RuntimeError(f"{what} not ready after {timeout:.0f} s{tail}")
 
 
+def start_ready(cmd: list[str], log: Path, pid_file: Path, cwd: Path, ready: Callable[[], bool], timeout: float,
+                what: str, stop: Callable[[], None], then: Callable[[], None] = lambda: None) -> None:
+    """Spawns `cmd`, waits until `ready()`, then runs `then()` (its set-up through its API);
+    stops it with `stop` if any of that fails, so that no later start takes a half-started
+    service for a running one."""
+    spawn(cmd, log, pid_file, env=None, cwd=cwd)
+    try:
+        wait_until(ready, timeout, what, log)
+        then()
+    except BaseException:
+        stop()
+        raise
+
+
 def alive(pid: int, marker: str) -> bool:
     """True if `pid` runs and its command line contains `marker` (guards against PID reuse)."""
     cmdline = command_line(pid)

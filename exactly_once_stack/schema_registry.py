@@ -129,14 +129,9 @@ def start() -> bool:
         return False
     tls.ensure(TLS)
     _write_config()
-    process.spawn(_command(), LOG, PID_FILE, env=None, cwd=HOME)
-    try:
-        process.wait_until(lambda: pid() is not None and ready(), 60, "schema registry", LOG)
-        request(f"{CCOMPAT}/config", "PUT", {"compatibility": COMPATIBILITY})
-    except BaseException:
-        # Not left running: the next start() would take it as started, compatibility NONE.
-        stop()
-        raise
+    # Not left running if compatibility cannot be set: the next start() would take it as started, NONE.
+    process.start_ready(_command(), LOG, PID_FILE, HOME, lambda: pid() is not None and ready(), 60, "schema registry",
+                        stop, then=lambda: request(f"{CCOMPAT}/config", "PUT", {"compatibility": COMPATIBILITY}))
     return True
 
 

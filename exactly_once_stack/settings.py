@@ -49,7 +49,7 @@ SPARK_MODES = ("local", "standalone", "connect")
 # A name added here is picked on first use and added to an existing checkout's ports.json.
 PORT_NAMES = ("postgres", "kafka", "kafka_controller", "airflow_api", "spark_master", "spark_master_ui",
               "spark_connect", "kafka_ssl", "kafka_sasl_ssl", "kafka_expired", "kafka_other_host",
-              "schema_registry")
+              "schema_registry", "prometheus")
 
 
 # The local stack's plaintext Kafka listener and its pipeline database as a libpq URI, for
@@ -105,6 +105,8 @@ SECRETS = {
     "kafka_pipeline": lambda: secrets.token_urlsafe(18),
     "schema_registry": lambda: secrets.token_urlsafe(18),
     "jwt_secret": lambda: secrets.token_urlsafe(32),
+    # The bearer token of the metrics endpoint's scrapers (connection exactly_once_metrics).
+    "metrics_scraper": lambda: secrets.token_urlsafe(24),
     "fernet_key": lambda: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
 }
 
@@ -225,6 +227,8 @@ def environment() -> dict[str, str]:
         "AIRFLOW_CONN_PIPELINE_DB_READ": json.dumps(pipeline_db_connection("pipeline_read")),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka_connection()),
         "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps(schema_registry_connection()),
+        "AIRFLOW_CONN_EXACTLY_ONCE_METRICS": json.dumps({"conn_type": "generic",
+                                                         "password": pw["metrics_scraper"]}),
     }
 
 

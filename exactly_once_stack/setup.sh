@@ -34,6 +34,8 @@ apt_install() {
   # The model checker of the ledger's protocol (./dev prove) and the compiler of its verifiers.
   command -v spin >/dev/null || missing+=(spin)
   command -v gcc >/dev/null || missing+=(gcc)
+  # The monitoring of `./dev up --monitoring` and the metrics test: Prometheus, its promtool.
+  command -v prometheus >/dev/null || missing+=(prometheus)
   if ((${#missing[@]})); then
     [[ $(id -u) == 0 ]] || { log "missing Debian packages: ${missing[*]} (install them as root)"; exit 1; }
     log "apt-get install ${missing[*]}"

@@ -291,6 +291,11 @@ UPDATE exactly_once.checkpoints
 SET state = 'committed', committed_at = %(now)s, replaced = %(replaced)s, contributions_kept = true
 WHERE id = %(checkpoint_id)s;
 
+-- name: record_phase_seconds
+-- Seconds of phases of the checkpoint (sql/migrations/0012_phase_seconds_and_alerts.sql), by name.
+UPDATE exactly_once.checkpoints SET phase_seconds = phase_seconds || %(seconds)s::jsonb
+WHERE id = %(checkpoint_id)s;
+
 -- name: mark_aborted
 UPDATE exactly_once.checkpoints SET state = 'aborted', reason = %(reason)s WHERE id = %(checkpoint_id)s;
 UPDATE exactly_once.checkpoint_ranges SET released = true WHERE checkpoint_id = %(checkpoint_id)s;

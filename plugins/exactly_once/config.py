@@ -15,6 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstrain
                       ValidatorFunctionWrapHandler, field_validator, model_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from exactly_once.dead_letter_budget import DeadLetterBudget
 from exactly_once.errors import ConfigError
 from exactly_once.formats import format_of
 from exactly_once.formats._avro_types import mismatches
@@ -223,6 +224,9 @@ class PipelineConfig(_Frozen):
         3, description="A checkpoint whose attempts fail this many times in a row for one cause (or once "
                        "in a way no retry can fix) is stalled: every later run fails naming it until an "
                        "operator clears its task, retries it or dead-letters a range.")
+    dead_letter_budget: DeadLetterBudget = Field(
+        DeadLetterBudget(), description="How many dead letters a checkpoint may commit: beyond it, its commit "
+                                        "stalls, its pre-commit kept (the `dead_letter_budget` table below).")
     lease: timedelta = Field(
         timedelta(hours=1), gt=timedelta(0),
         description="How long a begun checkpoint or a running attempt is held before the next run's "

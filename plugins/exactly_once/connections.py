@@ -1,7 +1,8 @@
 """The pipeline's Airflow connections, the one place its endpoints and credentials are
 configured: `pipeline_db` (PostgreSQL: the ledger and the sink tables), `kafka_default`
 (type `kafka`: its extra is the librdkafka client config, TLS and SASL included),
-`spark_default` (the Spark master), and the schema registry a pipeline names in
+`spark_default` (the Spark master), `exactly_once_metrics` (the metrics endpoint's token),
+and the schema registry a pipeline names in
 `source.schema_registry` (type `http`; `exactly_once.schema_registry`). The tasks read them; the Spark job gets what it needs
 from its task (`exactly_once.spark.settings`), never from an environment variable of its own.
 """
@@ -29,6 +30,7 @@ PIPELINE_DB_JOB = "pipeline_db_job"    # the job role: the Spark job (staging in
 PIPELINE_DB_READ = "pipeline_db_read"  # the read role: status and the pipelines view
 KAFKA = "kafka_default"
 SPARK = "spark_default"
+METRICS_SCRAPER = "exactly_once_metrics"  # its password: the bearer token of the metrics endpoint's scrapers
 T = TypeVar("T")
 
 
@@ -96,6 +98,12 @@ def kafka_client(conn_id: str = KAFKA) -> KafkaClient:
         raise ConfigError(f"connection {conn_id!r} is of type {c.conn_type!r}, not 'kafka' (its extra holds the "
                           "Kafka client config, e.g. {\"bootstrap.servers\": \"host:9092\"})")
     return KafkaClient(conn_id, c.extra_dejson).validate()
+
+
+def scraper_token(conn_id: str = METRICS_SCRAPER) -> str | None:
+    """The token a scraper of the metrics endpoint sends (the connection's password); None
+    while the connection is not defined or has no password: the endpoint is off."""
+    return (BaseHook.get_connection(conn_id).password or None) if _defined(conn_id) else None
 
 
 def schema_registry(conn_id: str) -> SchemaRegistry:

@@ -15,6 +15,9 @@ from exactly_once.ledger.tables import contributions_table
 from exactly_once_demo.pipeline import CONFIG, TOPIC
 from exactly_once_demo.prepare import create_tables
 
+# Its assertions say what they compared, like a test module's (it is imported after this file).
+pytest.register_assert_rewrite("tests.dags.metrics_scrape")
+
 CHROMIUM = "/usr/bin/chromium"  # Debian's package, installed by exactly_once_stack/setup.sh
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -4,7 +4,9 @@ it: each figure on the page equals what SQL on the ledger (and Kafka, for the la
 stalled pipeline comes first; a checkpoint links to its DAG run. Without a valid Airflow login
 or token the app answers 401/403. With `[exactly_once] show_payloads` on, the admin (who may
 edit the DAG) sees the dead letters' first bytes, as the ledger holds them; a read-only user
-(role viewer) sees no byte of them. Screenshots go to .local/artifacts/ui/.
+(role viewer) sees no byte of them. A real Prometheus scrapes the metrics endpoint with the
+scrapers' token (none or a forged one is refused), and each metric equals what the ledger and
+Kafka say (tests/dags/metrics_scrape.py). Screenshots go to .local/artifacts/ui/.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from exactly_once_demo.produce import produce
 from exactly_once_stack import airflow
 from exactly_once_stack.private import write_private
 from exactly_once_stack.settings import ROOT, environment, passwords, process_environment
+from tests.dags.metrics_scrape import check_the_metrics, check_the_token, committed_ends
 from tests.dags.test_orders_exactly_once import dags_test
 from tests.dags.test_ui import SHOTS, Ui
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
@@ -82,10 +85,7 @@ def stall_a_pipeline(db_url: str, kafka_servers: str) -> tuple[str, int]:
 
 def expected_lag(db_url: str, kafka_servers: str) -> list[int]:
     """Per partition of the demo pipeline: Kafka's last stable offset minus the end of what is committed."""
-    ends = query(db_url, "SELECT p.topic, p.partition, coalesce(max(c.to_offset), p.start_offset) "
-                         "FROM exactly_once.partitions p LEFT JOIN exactly_once.committed_ranges c "
-                         "ON (c.pipeline, c.topic, c.partition) = (p.pipeline, p.topic, p.partition) "
-                         "WHERE p.pipeline = 'orders' GROUP BY 1, 2, p.start_offset ORDER BY 1, 2")
+    ends = committed_ends(db_url)
     consumer = Consumer({"bootstrap.servers": kafka_servers, "group.id": "view-test",
                          "isolation.level": "read_committed"})
     try:
@@ -148,8 +148,10 @@ def test_the_view_refuses_without_a_login_and_shows_what_the_ledger_says(fresh_d
     viewer_password = secrets.token_urlsafe(12)
     with the_ui(tmp_path, viewer_password) as base:
         check_the_logins(base)
+        check_the_token(base)
         check_who_sees_record_values(base, fresh_demo, viewer_password)
         read_the_view(page, fresh_demo, kafka_servers, stalled, stalled_checkpoint)
+        check_the_metrics(fresh_demo, kafka_servers, stalled, page, SHOTS)
 
 
 def read_the_view(page, fresh_demo: str, kafka_servers: str, stalled: str, stalled_checkpoint: int) -> None:
@@ -196,7 +198,7 @@ def read_the_view(page, fresh_demo: str, kafka_servers: str, stalled: str, stall
     orders.screenshot(path=SHOTS / "view-02-demo-pipeline.png")
 
     sections = view.locator("section[data-pipeline]")
-    names = [sections.nth(i).get_attribute("data-pipeline") for i in range(sections.count())]
+    names = sections.evaluate_all("sections => sections.map(s => s.dataset.pipeline)")  # one round trip
     stalled_names = {name for name, in query(fresh_demo, "SELECT DISTINCT pipeline FROM exactly_once.checkpoints "
                                                          "WHERE state = 'stalled'")}
     assert names[:len(stalled_names)] == sorted(stalled_names)  # stalled pipelines come first

@@ -37,7 +37,7 @@ INIT_DATABASES = ROOT / "deploy" / "postgres" / "init-databases.sh"
 # connections of its duty (the api-server only the readers'), no more.
 DUTIES = {
     "airflow-scheduler": {"AIRFLOW_CONN_PIPELINE_DB", "AIRFLOW_CONN_PIPELINE_DB_JOB", "AIRFLOW_CONN_PIPELINE_DB_READ"},
-    "airflow-api-server": {"AIRFLOW_CONN_PIPELINE_DB_READ"},
+    "airflow-api-server": {"AIRFLOW_CONN_PIPELINE_DB_READ", "AIRFLOW_CONN_EXACTLY_ONCE_METRICS"},
     "airflow-dag-processor": set(),
     "airflow-triggerer": set(),
     "airflow-init": {"AIRFLOW_CONN_PIPELINE_DB", "AIRFLOW_ADMIN_PASSWORD"},
@@ -54,6 +54,7 @@ HOLDERS = {
     "AIRFLOW_ADMIN_PASSWORD": {"check-secrets", "airflow-init"},
     "AIRFLOW_FERNET_KEY": {"check-secrets", *AIRFLOW_ALL},
     "AIRFLOW_JWT_SECRET": {"check-secrets", *AIRFLOW_ALL},
+    "METRICS_SCRAPER_TOKEN": {"check-secrets", "airflow-api-server"},
 }
 CONNECTIONS = {"AIRFLOW_CONN_PIPELINE_DB": "pipeline", "AIRFLOW_CONN_PIPELINE_DB_JOB": "pipeline_job",
                "AIRFLOW_CONN_PIPELINE_DB_READ": "pipeline_read"}
@@ -293,7 +294,7 @@ def test_each_secret_reaches_only_the_services_of_its_duty(resolved, secrets):
 
 
 def credentials(name: str, value: str) -> list[str | None]:
-    """The secrets a variable holds: a password's, secret's or key's value, a connection's or a
+    """The secrets a variable holds: a password's, secret's, key's or token's value, a connection's or a
     database URL's password."""
     if name.startswith("AIRFLOW_CONN_"):
         def walk(node):
@@ -302,7 +303,7 @@ def credentials(name: str, value: str) -> list[str | None]:
         return [inner for key, inner in walk(json.loads(value)) if re.search("password|secret", key, re.I)]
     if name.endswith("SQL_ALCHEMY_CONN"):
         return [urlsplit(value).password]
-    if re.search(r"PASSWORD|SECRET|FERNET_KEY", name) and not name.endswith("_FILE"):
+    if re.search(r"PASSWORD|SECRET|FERNET_KEY|TOKEN", name) and not name.endswith("_FILE"):
         return [value]
     return []
 
@@ -341,8 +342,12 @@ def test_compose_and_the_local_stack_give_airflow_the_same_variables_and_connect
     in_compose = resolved["services"]["airflow-scheduler"]["environment"]
     local = environment()
     # The local stack's schema registry serves its tests; compose gets a registry service with
-    # the record formats that read from one.
-    assert set(in_compose) == set(local) - set(LOCAL_CLIENTS) - {"AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"} - LOCAL_TLS_ONLY
+    # the record formats that read from one. The metrics endpoint's token: the api-server's only.
+    assert set(in_compose) == set(local) - set(LOCAL_CLIENTS) - {"AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"} - \
+        LOCAL_TLS_ONLY - {"AIRFLOW_CONN_EXACTLY_ONCE_METRICS"}
+    api_server = resolved["services"]["airflow-api-server"]["environment"]
+    assert json.loads(api_server["AIRFLOW_CONN_EXACTLY_ONCE_METRICS"]).keys() == \
+        json.loads(local["AIRFLOW_CONN_EXACTLY_ONCE_METRICS"]).keys() == {"conn_type", "password"}
     for name, value in shared_airflow_settings().items():  # one source: deploy/airflow.env
         assert in_compose[name] == local[name] == value, name
     spark = json.loads(in_compose["AIRFLOW_CONN_SPARK_DEFAULT"]), json.loads(local["AIRFLOW_CONN_SPARK_DEFAULT"])

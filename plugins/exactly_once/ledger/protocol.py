@@ -21,6 +21,7 @@ the next recovery does again.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import replace
@@ -85,6 +86,7 @@ class Ledger:
               kafka: OffsetSource, reach: Reach = Reach.BACKLOG) -> Begun:
         """Begins the DAG run's checkpoint, or returns the one it began before (a retry).
         `Stalled` while another checkpoint of the pipeline is stalled."""
+        started = time.monotonic()
         self.refuse_if_stalled(dag_run_id)
         self.register()
         recovery = self.recover(own_run=dag_run_id)
@@ -104,6 +106,7 @@ class Ledger:
             new = checkpoint_id is None
             if new:
                 checkpoint_id = self._plan(rows, dag_run_id, interval_start, interval_end, reach, seen)
+                rows.record_seconds(checkpoint_id, plan=time.monotonic() - started)
             return Begun(rows.checkpoint(checkpoint_id), recovery, new=new)
 
     def refuse_if_stalled(self, dag_run_id: str) -> None:
@@ -157,9 +160,11 @@ class Ledger:
         return started
 
     def pre_commit(self, checkpoint_id: int, attempt: int, rows_written: Mapping[str, int],
-                   records: int) -> Committable:
+                   records: int, spark_seconds: float | None = None) -> Committable:
         """Phase one: the attempt says it wrote `rows_written` staging rows per sink (and dead
-        letters). Only the current attempt of a running checkpoint may pre-commit (compare-and-set)."""
+        letters), its job taking `spark_seconds`. Only the current attempt of a running
+        checkpoint may pre-commit (compare-and-set)."""
+        started = time.monotonic()
         with self.rows() as rows:
             if set(rows_written) != set(rows.staging):
                 raise ValueError(f"pre_commit needs row counts for exactly {sorted(rows.staging)}, "
@@ -173,6 +178,8 @@ class Ledger:
             now = self.now()
             rows.mark_precommitted(checkpoint_id, attempt, staged, records, now)
             rows.end_attempts(checkpoint_id, attempt, AttemptState.RUNNING, AttemptState.PRECOMMITTED, None, now)
+            spark = {} if spark_seconds is None else {"spark": spark_seconds}
+            rows.record_seconds(checkpoint_id, **spark, pre_commit=time.monotonic() - started)
             self.fault("pre_commit.before_commit")
         return Committable(checkpoint_id, attempt, checkpoint.ranges, staged)
 

@@ -3,6 +3,7 @@ was asked says why, and whether a retry of the same task may help (`retryable`).
 
 from __future__ import annotations
 
+from exactly_once.dead_letter_budget import BREACH
 from exactly_once.errors import PipelineError
 from exactly_once.ledger.checkpoints import Checkpoint, State
 
@@ -75,8 +76,10 @@ class Stalled(ProtocolError):
     def __init__(self, pipeline: str, checkpoint: Checkpoint):
         self.checkpoint_id = checkpoint.id
         ranges = ", ".join(r.label for r in checkpoint.ranges if r.size)
-        what, task = ("its commit keeps failing (its pre-commit is kept)", "commit") if checkpoint.awaits_commit \
-            else ("keeps failing", "increment")
+        what, task = ("keeps failing", "increment")
+        if checkpoint.awaits_commit:
+            what, task = ("is not committed, its pre-commit kept" if (checkpoint.reason or "").startswith(BREACH)
+                          else "its commit keeps failing (its pre-commit is kept)"), "commit"
         super().__init__(
             f"pipeline {pipeline!r} is stalled: checkpoint {checkpoint.id} (DAG run {checkpoint.dag_run_id}, ranges "
             f"{ranges}) {what}; last error: {(checkpoint.reason or '').rstrip('.')}. Fix the cause, then clear its "

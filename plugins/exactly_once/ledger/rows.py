@@ -79,6 +79,11 @@ class LedgerRows:
         """A named statement of sql/ledger.sql."""
         self.cur.execute(Q[statement], params)
 
+    def record_seconds(self, checkpoint_id: int, **seconds: float) -> None:
+        """How long phases of the checkpoint took (the metrics' histograms)."""
+        self.run("record_phase_seconds", checkpoint_id=checkpoint_id,
+                 seconds=json.dumps({phase: round(s, 3) for phase, s in seconds.items()}))
+
     def record_version(self) -> str:
         """The configuration's version, recorded with the configuration (once per version)."""
         version = config_version(self.config)

@@ -86,10 +86,7 @@ def read_overviews(connect: Callable, kafka: KafkaClient | str, history: int, de
     connection, or why there is none: then the lag is not shown, the rest is. Once the
     brokers do not answer or refuse the login, the next pipelines' lag is not asked for either."""
     with closing(connect()) as conn:
-        behind = pending(conn)
-        if behind:
-            raise LedgerBehind(f"the ledger lacks migration(s) {', '.join(behind)} of this library's version; the "
-                               "first task of the next pipeline run applies them (or `python -m exactly_once.ledger.migrate`)")
+        refuse_if_behind(conn)
         with conn.cursor() as cur:
             cur.execute(Q["pipeline_dags"])
             shown = [(name, dag_id) for name, dag_id in cur.fetchall() if visible(dag_id)]
@@ -109,6 +106,14 @@ def read_overviews(connect: Callable, kafka: KafkaClient | str, history: int, de
                 found.append(_overview(conn, status or read_status(conn, None, name, history), dag_id,
                                        dead_letters, lag_unknown, payloads(dag_id)))
     return sorted(found, key=lambda o: (not o.status.stopped, o.status.name))
+
+
+def refuse_if_behind(conn) -> None:
+    """`LedgerBehind` unless every migration of this library's version is applied."""
+    behind = pending(conn)
+    if behind:
+        raise LedgerBehind(f"the ledger lacks migration(s) {', '.join(behind)} of this library's version; the "
+                           "first task of the next pipeline run applies them (or `python -m exactly_once.ledger.migrate`)")
 
 
 def _overview(conn, status: PipelineStatus, dag_id: str | None, dead_letters: int, lag_unknown: str | None,

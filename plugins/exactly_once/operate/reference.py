@@ -26,7 +26,8 @@ def markdown() -> str:
     sections = [("Pipeline", "", schema)]
     sections += [(f"`{prefix.rstrip('.')}`", prefix, definitions[name])
                  for prefix, name in (("source.", "Source"), ("sinks[].", "Sink"),
-                                      ("source.*_reader_schema.", "RegistrySchema"))]
+                                      ("source.*_reader_schema.", "RegistrySchema"),
+                                      ("dead_letter_budget.", "DeadLetterBudget"))]
     parts = [HEADER]
     for title, prefix, model in sections:
         parts.append(f"\n## {title}\n\n| field | type | default | valid values | description |\n"
@@ -64,6 +65,8 @@ def _valid(spec: dict[str, Any]) -> str:
             found.append(f"matches `{option['pattern']}`")
         if "exclusiveMinimum" in option:
             found.append(f"> {option['exclusiveMinimum']}")
+        if "maximum" in option:
+            found.append(f"≤ {option['maximum']}")
         for bound in ("minItems", "minProperties"):
             if bound in option:
                 found.append(f"at least {option[bound]}")

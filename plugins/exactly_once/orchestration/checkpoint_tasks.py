@@ -27,6 +27,8 @@ from exactly_once.ledger.planning import Reach
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.operate import overview
 from exactly_once.orchestration import lineage, tasks
+from exactly_once.orchestration.alerting import Alerts
+from exactly_once.orchestration.observed import observed
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.problems import PreflightFailed
 from exactly_once.spark.runners import job_runner, job_settings
@@ -60,14 +62,14 @@ class IncrementOperator(BaseOperator):
     Connect); the job reaches Kafka with this task's connection and the pipeline database
     as the job role, `pipeline_db_job` (`exactly_once.spark.settings`)."""
 
-    def __init__(self, *, config: PipelineConfig, conn_id: str = SPARK, **kwargs: Any):
+    def __init__(self, *, config: PipelineConfig, conn_id: str = SPARK, alerts: Alerts | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.config, self.conn_id = config, conn_id
+        self.config, self.conn_id, self.alerts = config, conn_id, alerts
         self.runner = None
 
     def execute(self, context) -> None:
         checkpoint_id = context["ti"].xcom_pull(task_ids="begin_checkpoint")
-        with airflow_outcome():
+        with airflow_outcome(), observed(lambda: ledger(self.config), self.alerts, kafka_client, context):
             self.runner = job_runner(self.conn_id, f"{self.config.name} increment", self.config,
                                      job_settings(self.config))
             tasks.run_increment(ledger(self.config), checkpoint_id, self.runner)
@@ -102,15 +104,17 @@ def reprocess_param() -> Param:
 
 def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_retries: int = 4,
                      spark_conn_id: str = SPARK, begin_retries: int = 3,
-                     increment_timeout: timedelta = timedelta(hours=6)):
+                     increment_timeout: timedelta = timedelta(hours=6), alerts: Alerts | None = None):
     """The three tasks of a pipeline run, chained; call inside a DAG. A failed attempt is
     retried on the same frozen ranges (Flink's restart strategy), with back-off; so is a
     begin that failed for a reason a retry may fix (a Kafka blip, a deadlock). The
     increment's tries must reach the pipeline's `stall_after`, or a failure that persists
     would end each run without stalling its checkpoint; a try that runs longer than
     `increment_timeout` is stopped and counts as failed. `spark_conn_id`: the Spark
-    connection its jobs run on (exactly_once.spark.runners). Declares the DAG's `reprocess`
-    parameter, so the trigger and backfill forms show it."""
+    connection its jobs run on (exactly_once.spark.runners). `alerts`: the notifier each
+    task calls, once per event, when the pipeline stalls or its records wait too long
+    (exactly_once.orchestration.alerting). Declares the DAG's `reprocess` parameter, so the
+    trigger and backfill forms show it."""
     if config.stall_after > increment_retries + 1:
         raise ConfigError(f"pipeline {config.name!r}: stall_after {config.stall_after} exceeds the increment "
                           f"task's {increment_retries + 1} tries (increment_retries + 1): a failure that persists "
@@ -119,7 +123,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
     @task.short_circuit(task_id="begin_checkpoint", retries=begin_retries, retry_delay=timedelta(seconds=10),
                         retry_exponential_backoff=True)
     def begin_checkpoint(**context) -> int | None:
-        with airflow_outcome():
+        with airflow_outcome(), observed(lambda: ledger(config), alerts, kafka_client, context):
             problems = connection_problems((PIPELINE_DB, PIPELINE_DB_JOB, KAFKA, spark_conn_id))
             problems += schema_registry_problems(config.source)
             if problems:
@@ -138,12 +142,12 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
           retry_exponential_backoff=True)
     def commit(**context) -> str:
         ti = context["ti"]
-        with airflow_outcome():
+        with airflow_outcome(), observed(lambda: ledger(config), alerts, kafka_client, context):
             return tasks.commit_checkpoint(ledger(config), ti.xcom_pull(task_ids="begin_checkpoint"),
                                            ti.try_number).value
 
     begun = begin_checkpoint()
-    increment = IncrementOperator(task_id="increment", config=config, conn_id=spark_conn_id,
+    increment = IncrementOperator(task_id="increment", config=config, conn_id=spark_conn_id, alerts=alerts,
                                   retries=increment_retries, retry_delay=timedelta(seconds=30),
                                   retry_exponential_backoff=True, execution_timeout=increment_timeout)
     begun >> increment >> commit()

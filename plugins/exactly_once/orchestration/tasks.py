@@ -11,6 +11,7 @@ fault can kill exactly one of them.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from contextlib import closing
 from datetime import datetime
@@ -128,8 +129,9 @@ def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[st
         # The lease lasts while this task lives; the attempt's token travels in a private file.
         with heartbeat(ledger, checkpoint_id, attempt), private_file("exactly_once-token-") as token:
             token.write_text(ledger.attempt_token(checkpoint_id, attempt))
+            started = time.monotonic()
             report = execute([*job_arguments(ledger.config, checkpoint_id, attempt), "--token", str(token)])
-            ledger.pre_commit(checkpoint_id, attempt, report.rows, report.records)
+            ledger.pre_commit(checkpoint_id, attempt, report.rows, report.records, time.monotonic() - started)
         log.info("checkpoint %s attempt %s pre-committed: %s records read, rows per sink %s, seconds per phase %s",
                  checkpoint_id, attempt, report.records, report.rows, report.seconds)
     except Exception as failure:

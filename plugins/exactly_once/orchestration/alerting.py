@@ -1,0 +1,96 @@
+"""Alerts through an Airflow notifier the user configures (`SmtpNotifier`, Slack's, any
+`BaseNotifier`): a checkpoint stalled (promise 9), stalled on the dead-letter budget, or the
+pipeline's oldest record not committed older than a bound. Once per event, not once per
+task or retry: each task of a run (`checkpoint_tasks(..., alerts=Alerts(...))`) looks at what
+is going on once it ends (exactly_once.orchestration.observed), and sends what no alert was
+sent for yet; the ledger's
+exactly_once.alerts records it in the transaction that sends it, so a notifier that fails
+leaves it to the next task. An event that ended (the checkpoint committed or released,
+freshness back within its bound) is cleared: the same event later alerts again.
+
+The notifier gets the task's context with `exactly_once_alert` (kind, pipeline, subject,
+message) for its templates, e.g. `subject="{{ exactly_once_alert.summary }}"`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from contextlib import closing
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
+
+from exactly_once.dead_letter_budget import BREACH
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.refusals import Stalled
+from exactly_once.operate.freshness import RecordTimes, ages
+from exactly_once.operate.status import read_status
+from exactly_once.sqlfiles import named
+
+Q = named("alerts.sql")
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """What a pipeline's tasks alert on, and through what."""
+
+    notifier: Callable[[dict], None]       # an Airflow notifier, called with a context
+    freshness_after: timedelta | None = None  # alert when the oldest record not committed is older
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str      # stalled, dead_letter_budget, freshness (sql/migrations/0012_phase_seconds_and_alerts.sql)
+    pipeline: str
+    subject: str   # the stalled checkpoint's id; '' for freshness
+    summary: str   # one line, for a mail's subject
+    message: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.subject}"
+
+
+def current_events(ledger: Ledger, kafka: KafkaClient | None, freshness_after: timedelta | None,
+                   now: datetime) -> list[Event]:
+    """What is going on in the pipeline that alerts: its stalled checkpoints, and its
+    freshness beyond `freshness_after` (when Kafka is given)."""
+    name = ledger.config.name
+    with ledger.rows() as rows:
+        stalled = rows.stalled()
+    found = [Event("dead_letter_budget" if (c.reason or "").startswith(BREACH) else "stalled", name, str(c.id),
+                   f"pipeline {name}: checkpoint {c.id} is stalled"
+                   + (" on its dead-letter budget" if (c.reason or "").startswith(BREACH) else ""),
+                   str(Stalled(name, c))) for c in stalled]
+    if freshness_after is not None and kafka is not None:
+        with closing(ledger.connect()) as conn, KafkaOffsets(kafka) as offsets, RecordTimes(kafka) as times:
+            oldest = max(ages(times, read_status(conn, offsets, name, history=1).lag, now).values(), default=0.0)
+        if oldest > freshness_after.total_seconds():
+            found.append(Event("freshness", name, "", f"pipeline {name}: records wait {oldest:.0f} s to be committed",
+                               f"pipeline {name!r}: its oldest record not committed was stamped {oldest:.0f} s ago, "
+                               f"more than the bound of {freshness_after.total_seconds():.0f} s: are its runs "
+                               "failing, paused, or slower than its records come?"))
+    return found
+
+
+def send_new(ledger: Ledger, alerts: Alerts, kafka: KafkaClient | None, context: Mapping,
+             now: datetime | None = None) -> list[Event]:
+    """Clears the alerts of events that ended and sends one for each current event that has
+    none yet; returns the events it sent."""
+    current = current_events(ledger, kafka, alerts.freshness_after, now or datetime.now(timezone.utc))
+    sent = []
+    with closing(ledger.connect()) as conn:
+        with conn, conn.cursor() as cur:
+            cur.execute(Q["clear_ended"], {"pipeline": ledger.config.name, "current": [e.key for e in current]})
+        for event in current:
+            with conn, conn.cursor() as cur:
+                cur.execute(Q["raise_alert"], {"pipeline": event.pipeline, "kind": event.kind,
+                                               "subject": event.subject, "message": event.message})
+                if cur.fetchone() is None:
+                    continue  # alerted already
+                # A copy: a notifier renders its templates into itself, once.
+                copy.copy(alerts.notifier)({**context, "exactly_once_alert": asdict(event)})
+            sent.append(event)
+    return sent

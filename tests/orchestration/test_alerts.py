@@ -1,0 +1,124 @@
+"""Alerts through Airflow's SmtpNotifier to a real SMTP server on loopback (aiosmtpd), on real
+Kafka and PostgreSQL (issue 40): a checkpoint stalled on its dead-letter budget, and records
+older than the freshness bound, each send exactly one mail however many tasks look (a retry,
+the next run's tasks); once the event ended (committed by the operator's way out, the records
+committed) its alert is cleared and nothing more is sent. The runs go through the pipeline's
+own run path (exactly_once.orchestration.tasks) with the protocol's test driver as the job."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from datetime import timedelta
+from email import message_from_bytes
+from email.message import Message
+
+import pytest
+from aiosmtpd.controller import Controller
+from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.refusals import Stalled
+from exactly_once.orchestration import tasks
+from exactly_once.orchestration.alerting import Alerts
+from exactly_once.orchestration.observed import observed
+from tests.ledger.harness import Pipeline, order, query
+
+CONN_ID = "smtp_alerts"
+
+
+class Mailbox:
+    """An aiosmtpd handler keeping what it receives."""
+
+    def __init__(self):
+        self.mails: list[Message] = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.mails.append(message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+@pytest.fixture
+def mailbox(monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    box = Mailbox()
+    server = Controller(box, hostname="127.0.0.1", port=port)
+    server.start()
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({
+        "conn_type": "smtp", "host": "127.0.0.1", "port": port,
+        "extra": {"disable_ssl": True, "disable_tls": True, "from_email": "pipelines@example.org"}}))
+    try:
+        yield box
+    finally:
+        server.stop()
+
+
+def notifier() -> SmtpNotifier:
+    return SmtpNotifier(to="oncall@example.org", smtp_conn_id=CONN_ID, subject="{{ exactly_once_alert.summary }}",
+                        html_content="<p>{{ exactly_once_alert.message }}</p>")
+
+
+def html_of(mail: Message) -> str:
+    [html] = [part for part in mail.walk() if part.get_content_type() == "text/html"]
+    return html.get_payload(decode=True).decode()
+
+
+def look(pipeline: Pipeline, alerts: Alerts) -> None:
+    """What every task of a run does once its work ends, as checkpoint_tasks wires it."""
+    with observed(lambda: pipeline.ledger, alerts, lambda: KafkaClient.at(pipeline.servers), {}):
+        pass
+
+
+def test_a_checkpoint_stalled_on_its_dead_letter_budget_mails_once_and_clears_once_committed(
+        ledger_db, kafka_servers, topic, mailbox):
+    pipeline = Pipeline(ledger_db, kafka_servers, topic)
+    alerts = Alerts(notifier())
+    unreadable = [(i % 3, b"k", b"<order/>") for i in range(25)]
+    pipeline.produce([(True, [*unreadable, (0, b"apple", order(1, "apple", 5))])])
+    checkpoint_id = pipeline.begin().checkpoint.id
+    pipeline.driver.run(checkpoint_id)
+    with pytest.raises(Stalled, match=r"dead-letter budget exceeded: 25 of the \d+ records"):
+        tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 1)
+
+    for _ in range(3):  # the failed commit task, its retry, the next run's begin
+        look(pipeline, alerts)
+    [mail] = mailbox.mails
+    assert mail["Subject"] == f"pipeline {pipeline.config.name}: checkpoint {checkpoint_id} is stalled on its " \
+                              "dead-letter budget"
+    assert mail["To"] == "oncall@example.org"
+    assert "clear its commit task to commit it as it is" in html_of(mail)
+    assert query(ledger_db, "SELECT kind, subject, cleared_at IS NULL FROM exactly_once.alerts WHERE pipeline = %s",
+                 pipeline.config.name) == [("dead_letter_budget", str(checkpoint_id), True)]
+
+    assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 2) is Outcome.COMMITTED  # the operator's way out
+    look(pipeline, alerts)
+    assert len(mailbox.mails) == 1
+    assert query(ledger_db, "SELECT cleared_at IS NOT NULL FROM exactly_once.alerts WHERE pipeline = %s",
+                 pipeline.config.name) == [(True,)]
+    pipeline.assert_exact()
+
+
+def test_records_older_than_the_freshness_bound_mail_once_until_they_are_committed(
+        ledger_db, kafka_servers, topic, mailbox):
+    pipeline = Pipeline(ledger_db, kafka_servers, topic)
+    alerts = Alerts(notifier(), freshness_after=timedelta(seconds=2))
+    pipeline.run_once()  # the pipeline knows its partitions
+    pipeline.produce([(True, [(1, b"apple", order(1, "apple", 5))])])
+    look(pipeline, alerts)
+    assert mailbox.mails == []  # younger than the bound
+    time.sleep(2.5)
+    look(pipeline, alerts)
+    look(pipeline, alerts)
+    [mail] = mailbox.mails
+    assert mail["Subject"].startswith(f"pipeline {pipeline.config.name}: records wait ")
+
+    pipeline.run_once()  # committed: the event ended
+    look(pipeline, alerts)
+    assert len(mailbox.mails) == 1
+    assert query(ledger_db, "SELECT kind, cleared_at IS NOT NULL FROM exactly_once.alerts WHERE pipeline = %s",
+                 pipeline.config.name) == [("freshness", True)]
+    pipeline.assert_exact()
