@@ -16,6 +16,7 @@ WHERE checkpoint_id IN (SELECT id FROM exactly_once.checkpoints WHERE pipeline =
 DELETE FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.partitions WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.preflights WHERE pipeline = %(pipeline)s;
+DELETE FROM exactly_once.alerts WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.config_versions WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.pipelines WHERE name = %(pipeline)s;
 

@@ -51,7 +51,8 @@ WHERE pipeline = %(pipeline)s
 ORDER BY topic, partition, from_offset;
 
 -- name: stalled
--- Stalled checkpoints: their ranges, failed attempts, last error and since when.
+-- Stalled checkpoints: their ranges, failed attempts, last error, since when, and whether at
+-- commit (its pre-commit kept).
 SELECT c.id, c.dag_run_id,
        coalesce((SELECT jsonb_agg(jsonb_build_array(r.topic, r.partition, r.from_offset, r.to_offset)
                                   ORDER BY r.topic, r.partition, r.from_offset)
@@ -59,7 +60,7 @@ SELECT c.id, c.dag_run_id,
                  WHERE r.checkpoint_id = coalesce(c.replays, c.id) AND r.to_offset > r.from_offset), '[]'::jsonb),
        (SELECT count(*) FROM exactly_once.attempts a WHERE a.checkpoint_id = c.id AND a.retryable IS NOT NULL),
        (SELECT max(a.ended_at) FROM exactly_once.attempts a WHERE a.checkpoint_id = c.id),
-       c.reason
+       c.reason, c.precommitted_attempt IS NOT NULL
 FROM exactly_once.checkpoints c
 WHERE c.pipeline = %(pipeline)s AND c.state = 'stalled'
 ORDER BY c.id;

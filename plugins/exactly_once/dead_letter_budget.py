@@ -33,6 +33,6 @@ class DeadLetterBudget(BaseModel):
         if self.count is not None and dead_letters > self.count:
             return f"{BREACH}: {share}, more than dead_letter_budget.count {self.count}"
         if self.ratio is not None and dead_letters >= self.ratio_from and dead_letters > self.ratio * records:
-            return (f"{BREACH}: {share} ({dead_letters / records:.1%}), more than dead_letter_budget.ratio "
-                    f"{self.ratio:g}")
+            return (f"{BREACH}: {share} ({dead_letters / max(records, dead_letters):.1%}), more than "
+                    f"dead_letter_budget.ratio {self.ratio:g}")
         return None

@@ -33,6 +33,9 @@ def check_the_token(base: str) -> None:
     assert requests.get(f"{base}{METRICS}", timeout=30).status_code == 401
     forged = requests.get(f"{base}{METRICS}", headers={"Authorization": "Bearer forged"}, timeout=30)
     assert forged.status_code == 403
+    login = requests.post(f"{base}/auth/token", timeout=30,
+                          json={"username": "admin", "password": passwords()["airflow_admin"]}).json()["access_token"]
+    assert requests.get(f"{base}{METRICS}", headers={"Authorization": f"Bearer {login}"}, timeout=30).status_code == 403
     good = requests.get(f"{base}{METRICS}?pipeline=orders", timeout=60,
                         headers={"Authorization": f"Bearer {passwords()['metrics_scraper']}"})
     assert good.status_code == 200 and good.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -151,9 +154,9 @@ def compare(db_url: str, kafka_servers: str, stalled: str) -> None:
     attempts = query(db_url, "SELECT a.state::text, count(*) FROM exactly_once.attempts a JOIN "
                              "exactly_once.checkpoints c ON c.id = a.checkpoint_id WHERE c.pipeline = 'orders' "
                              "GROUP BY 1")
-    assert values('exactly_once_attempts_total{pipeline="orders"}') == {
+    assert values('exactly_once_attempts{pipeline="orders"}') == {
         key(pipeline="orders", state=state): n for state, n in attempts}
-    dead = values('exactly_once_dead_letters_total{pipeline="orders"}')
+    dead = values('exactly_once_dead_letters{pipeline="orders"}')
     [(dead_letters,)] = query(db_url, "SELECT count(*) FROM exactly_once.dead_letters WHERE pipeline = 'orders'")
     assert sum(dead.values()) == dead_letters and len(dead) >= 2  # malformed values and refused rows
     assert {dict(labels)["reason_class"] for labels in dead} <= {

@@ -16,7 +16,7 @@ import pytest
 
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.refusals import Stalled
-from exactly_once.operate.metrics import Sample, exposition, read_samples
+from exactly_once.operate.metrics import PHASE_BOUNDS, Sample, histogram, exposition, read_samples
 from exactly_once.orchestration import tasks
 from exactly_once_stack.settings import ROOT
 from tests.kafka_records import create_topic
@@ -60,18 +60,21 @@ def test_a_scrape_of_real_pipelines_passes_promtools_lint_with_the_ledgers_figur
     assert f"exactly_once_last_checkpoint_dead_letters{{{one}}} 2" in lines  # the workload's two malformed values
     # The protocol's driver gives its dead letters one reason of its own (the Spark job's are classed in
     # tests/dags/test_pipelines_view.py).
-    assert f'exactly_once_dead_letters_total{{{one},reason_class="other"}} 2' in lines
+    assert f'exactly_once_dead_letters{{{one},reason_class="other"}} 2' in lines
     assert f'exactly_once_lag_records{{{one},topic="{topic}",partition="0"}} 2' in lines  # the order and its marker
     fresh = [line for line in lines if line.startswith(f'exactly_once_freshness_seconds{{{one},topic="{topic}"')]
     assert len(fresh) == 3 and sum(float(line.split()[-1]) > 0 for line in fresh) == 1
     assert f'exactly_once_checkpoint_phase_seconds_count{{{one},phase="commit"}} 1' in lines
-    assert f'exactly_once_attempts_total{{{one},state="committed"}} 1' in lines
+    assert f'exactly_once_attempts{{{one},state="committed"}} 1' in lines
 
 
-def test_label_values_are_escaped_and_a_histogram_ends_with_inf():
+def test_label_values_are_escaped_and_a_histogram_has_every_bound_then_inf_equal_to_its_count():
     text = exposition([Sample("exactly_once_stalled", (("pipeline", 'a"b\\c\nd'),), 1),
-                       Sample("exactly_once_checkpoint_phase_seconds_bucket", (("le", "+Inf"),), 3),
-                       Sample("exactly_once_checkpoint_phase_seconds_sum", (), 1.5)])
-    assert 'exactly_once_stalled{pipeline="a\\"b\\\\c\\nd"} 1' in text.splitlines()
-    assert 'exactly_once_checkpoint_phase_seconds_bucket{le="+Inf"} 3' in text.splitlines()
-    assert "exactly_once_checkpoint_phase_seconds_sum 1.5" in text.splitlines()
+                       *histogram("p", "commit", list(range(len(PHASE_BOUNDS))), 12, 1.5)])
+    lines = text.splitlines()
+    assert 'exactly_once_stalled{pipeline="a\\"b\\\\c\\nd"} 1' in lines
+    buckets = [line for line in lines if line.startswith("exactly_once_checkpoint_phase_seconds_bucket")]
+    assert [line.split('le="')[1].split('"')[0] for line in buckets] == [*map(str, PHASE_BOUNDS), "+Inf"]
+    assert [int(line.split()[-1]) for line in buckets] == [*range(len(PHASE_BOUNDS)), 12]
+    assert 'exactly_once_checkpoint_phase_seconds_sum{pipeline="p",phase="commit"} 1.5' in lines
+    assert 'exactly_once_checkpoint_phase_seconds_count{pipeline="p",phase="commit"} 12' in lines

@@ -1,8 +1,10 @@
 """Alerts through Airflow's SmtpNotifier to a real SMTP server on loopback (aiosmtpd), on real
 Kafka and PostgreSQL (issue 40): a checkpoint stalled on its dead-letter budget, and records
 older than the freshness bound, each send exactly one mail however many tasks look (a retry,
-the next run's tasks); once the event ended (committed by the operator's way out, the records
-committed) its alert is cleared and nothing more is sent. The runs go through the pipeline's
+the next run's tasks); a notifier that fails records nothing, so the next look sends it; Kafka
+unusable leaves the freshness alert as it is; once the event ended (committed by the
+operator's way out, the records committed) its alert is cleared and nothing more is sent,
+and the same event later alerts again. The runs go through the pipeline's
 own run path (exactly_once.orchestration.tasks) with the protocol's test driver as the job."""
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import pytest
 from aiosmtpd.controller import Controller
 from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
+from exactly_once.errors import ConfigError
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.refusals import Stalled
 from exactly_once.orchestration import tasks
-from exactly_once.orchestration.alerting import Alerts
+from exactly_once.orchestration.alerting import Alerts, send_new
 from exactly_once.orchestration.observed import observed
 from tests.ledger.harness import Pipeline, order, query
 
@@ -73,33 +76,63 @@ def look(pipeline: Pipeline, alerts: Alerts) -> None:
         pass
 
 
-def test_a_checkpoint_stalled_on_its_dead_letter_budget_mails_once_and_clears_once_committed(
-        ledger_db, kafka_servers, topic, mailbox):
-    pipeline = Pipeline(ledger_db, kafka_servers, topic)
-    alerts = Alerts(notifier())
+def send(pipeline: Pipeline, alerts: Alerts, kafka=None) -> list[tuple[str, str]]:
+    """The alerts sent now (what `look` does, without its logging of failures): (kind, subject)."""
+    sent = send_new(pipeline.ledger, alerts, kafka or (lambda: KafkaClient.at(pipeline.servers)), {})
+    return [(event.kind, event.subject) for event in sent]
+
+
+def open_alerts(pipeline: Pipeline) -> list[tuple[str, str]]:
+    return query(pipeline.db_url, "SELECT kind, subject FROM exactly_once.alerts WHERE pipeline = %s "
+                                  "AND cleared_at IS NULL ORDER BY id", pipeline.config.name)
+
+
+def stall_on_the_budget(pipeline: Pipeline) -> int:
+    """A checkpoint of 25 records no pipeline reads and a good one, stalled at commit."""
     unreadable = [(i % 3, b"k", b"<order/>") for i in range(25)]
     pipeline.produce([(True, [*unreadable, (0, b"apple", order(1, "apple", 5))])])
     checkpoint_id = pipeline.begin().checkpoint.id
     pipeline.driver.run(checkpoint_id)
     with pytest.raises(Stalled, match=r"dead-letter budget exceeded: 25 of the \d+ records"):
         tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 1)
+    return checkpoint_id
 
-    for _ in range(3):  # the failed commit task, its retry, the next run's begin
-        look(pipeline, alerts)
+
+def test_a_checkpoint_stalled_on_its_dead_letter_budget_mails_once_and_clears_once_committed(
+        ledger_db, kafka_servers, topic, mailbox, monkeypatch):
+    pipeline = Pipeline(ledger_db, kafka_servers, topic)
+    alerts = Alerts(notifier())
+    checkpoint_id = stall_on_the_budget(pipeline)
+
+    with socket.socket() as closed:  # a notifier whose server is down: nothing recorded, sent later
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_DOWN", json.dumps({
+            "conn_type": "smtp", "host": "127.0.0.1", "port": closed.getsockname()[1],
+            "extra": {"disable_ssl": True, "disable_tls": True, "from_email": "pipelines@example.org"}}))
+        with pytest.raises(OSError):
+            send(pipeline, Alerts(SmtpNotifier(to="oncall@example.org", smtp_conn_id="smtp_down")))
+    assert open_alerts(pipeline) == []
+
+    assert send(pipeline, alerts) == [("dead_letter_budget", str(checkpoint_id))]
+    look(pipeline, alerts)  # the failed commit task's retry, the next run's begin, … through the tasks' hook
+    assert send(pipeline, alerts) == []
     [mail] = mailbox.mails
     assert mail["Subject"] == f"pipeline {pipeline.config.name}: checkpoint {checkpoint_id} is stalled on its " \
                               "dead-letter budget"
     assert mail["To"] == "oncall@example.org"
     assert "clear its commit task to commit it as it is" in html_of(mail)
-    assert query(ledger_db, "SELECT kind, subject, cleared_at IS NULL FROM exactly_once.alerts WHERE pipeline = %s",
-                 pipeline.config.name) == [("dead_letter_budget", str(checkpoint_id), True)]
+    assert open_alerts(pipeline) == [("dead_letter_budget", str(checkpoint_id))]
 
     assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 2) is Outcome.COMMITTED  # the operator's way out
+    assert send(pipeline, alerts) == [] and open_alerts(pipeline) == []  # the event ended: cleared
     look(pipeline, alerts)
     assert len(mailbox.mails) == 1
-    assert query(ledger_db, "SELECT cleared_at IS NOT NULL FROM exactly_once.alerts WHERE pipeline = %s",
-                 pipeline.config.name) == [(True,)]
     pipeline.assert_exact()
+
+    again = stall_on_the_budget(pipeline)  # a new event: a new alert
+    look(pipeline, alerts)
+    assert len(mailbox.mails) == 2 and mailbox.mails[1]["Subject"].endswith(f"checkpoint {again} is stalled on "
+                                                                             "its dead-letter budget")
 
 
 def test_records_older_than_the_freshness_bound_mail_once_until_they_are_committed(
@@ -108,17 +141,18 @@ def test_records_older_than_the_freshness_bound_mail_once_until_they_are_committ
     alerts = Alerts(notifier(), freshness_after=timedelta(seconds=2))
     pipeline.run_once()  # the pipeline knows its partitions
     pipeline.produce([(True, [(1, b"apple", order(1, "apple", 5))])])
-    look(pipeline, alerts)
-    assert mailbox.mails == []  # younger than the bound
+    assert send(pipeline, alerts) == []  # younger than the bound
     time.sleep(2.5)
-    look(pipeline, alerts)
+    assert send(pipeline, alerts) == [("freshness", "")]
     look(pipeline, alerts)
     [mail] = mailbox.mails
     assert mail["Subject"].startswith(f"pipeline {pipeline.config.name}: records wait ")
 
+    def unusable():
+        raise ConfigError("connection 'kafka_default' is of type 'http', not 'kafka'")
+    assert send(pipeline, alerts, unusable) == [] and open_alerts(pipeline) == [("freshness", "")]  # left as it is
+
     pipeline.run_once()  # committed: the event ended
-    look(pipeline, alerts)
+    assert send(pipeline, alerts) == [] and open_alerts(pipeline) == []
     assert len(mailbox.mails) == 1
-    assert query(ledger_db, "SELECT kind, cleared_at IS NOT NULL FROM exactly_once.alerts WHERE pipeline = %s",
-                 pipeline.config.name) == [("freshness", True)]
     pipeline.assert_exact()

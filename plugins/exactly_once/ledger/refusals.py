@@ -76,13 +76,15 @@ class Stalled(ProtocolError):
     def __init__(self, pipeline: str, checkpoint: Checkpoint):
         self.checkpoint_id = checkpoint.id
         ranges = ", ".join(r.label for r in checkpoint.ranges if r.size)
-        what, task = ("keeps failing", "increment")
-        if checkpoint.awaits_commit:
-            what, task = ("is not committed, its pre-commit kept" if (checkpoint.reason or "").startswith(BREACH)
-                          else "its commit keeps failing (its pre-commit is kept)"), "commit"
-        super().__init__(
-            f"pipeline {pipeline!r} is stalled: checkpoint {checkpoint.id} (DAG run {checkpoint.dag_run_id}, ranges "
-            f"{ranges}) {what}; last error: {(checkpoint.reason or '').rstrip('.')}. Fix the cause, then clear its "
-            f"{task} task (or run `python -m exactly_once.operate.stalls retry {checkpoint.id}` to run its ranges again), or "
-            f"dead-letter the records at fault: `python -m exactly_once.operate.stalls dead-letter {pipeline} "
-            "'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
+        reason = (checkpoint.reason or "").rstrip(".")
+        retry = f"`python -m exactly_once.operate.stalls retry {checkpoint.id}` to run its ranges again"
+        if reason.startswith(BREACH):  # its reason says the way out; dead-lettering more would only add to them
+            what, way_out = "is not committed, its pre-commit kept", f"(or, after fixing the pipeline, {retry})"
+        else:
+            task = "commit" if checkpoint.awaits_commit else "increment"
+            what = "its commit keeps failing (its pre-commit is kept)" if checkpoint.awaits_commit else "keeps failing"
+            way_out = (f"Fix the cause, then clear its {task} task (or run {retry}), or dead-letter the records at "
+                       f"fault: `python -m exactly_once.operate.stalls dead-letter {pipeline} "
+                       "'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
+        super().__init__(f"pipeline {pipeline!r} is stalled: checkpoint {checkpoint.id} (DAG run "
+                         f"{checkpoint.dag_run_id}, ranges {ranges}) {what}; last error: {reason}. {way_out}")

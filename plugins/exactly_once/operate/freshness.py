@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, TopicPartition
 
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.operate.status import PartitionLag
@@ -45,13 +45,16 @@ class RecordTimes:
                 message = self._consumer.poll(max(0.1, min(1.0, deadline - time.monotonic())))
                 if message is None:
                     continue
+                if (message.topic(), message.partition()) != (topic, partition):
+                    continue  # an event of the partition read before
                 if message.error() is not None:
                     if message.error().code() == KafkaError._PARTITION_EOF:
                         return None
                     raise TimeoutError(f"{topic}[{partition}]: {message.error().str()}")
-                if message.offset() >= last_stable:
-                    return None
-                return datetime.fromtimestamp(message.timestamp()[1] / 1000, timezone.utc)
+                kind, millis = message.timestamp()
+                if message.offset() >= last_stable or kind == TIMESTAMP_NOT_AVAILABLE:
+                    return None  # no record left to commit; or one of the old format, without a time
+                return datetime.fromtimestamp(millis / 1000, timezone.utc)
             raise TimeoutError(f"{topic}[{partition}]: no record at offset {offset} within {self._timeout} s")
         finally:
             self._consumer.unassign()

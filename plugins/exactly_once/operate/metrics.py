@@ -4,7 +4,9 @@
 the timestamp of each partition's oldest record not yet committed).
 
 Labels are pipeline, topic, partition, sink, phase, state and reason class: bounded sets,
-never an offset or a record's value. Counters count what the ledger keeps, so they only grow.
+never an offset or a record's value. The histogram counts committed checkpoints, which the
+ledger keeps, so it only grows; attempts and dead letters are gauges, as attempts change
+state and a reprocessing replaces dead letters.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ FAMILIES = {  # name: (type, help)
     "exactly_once_checkpoint_phase_seconds": ("histogram", "How long each phase of the committed checkpoints took: "
                                                            "plan, spark (the job, its start included), pre_commit, "
                                                            "commit."),
-    "exactly_once_attempts_total": ("counter", "Spark attempts by state: committed, precommitted, aborted, running."),
-    "exactly_once_dead_letters_total": ("counter", "Committed dead letters by class of reason."),
+    "exactly_once_attempts": ("gauge", "Spark attempts the ledger holds, by state: committed, precommitted, "
+                                       "aborted, running (an attempt changes state as it ends)."),
+    "exactly_once_dead_letters": ("gauge", "Committed dead letters the ledger holds, by class of reason (a "
+                                           "reprocessing replaces those of the checkpoint it replays)."),
     "exactly_once_stalled": ("gauge", "1 while a checkpoint of the pipeline is stalled (promise 9), else 0."),
     "exactly_once_dead_letter_budget_exceeded": ("gauge", "1 while a checkpoint is stalled on the dead-letter "
                                                           "budget, else 0."),
@@ -69,7 +73,7 @@ def read_samples(conn, kafka: KafkaClient | None, now: datetime, only: list[str]
     asked = {"pipelines": only, "bounds": list(PHASE_BOUNDS)}
     with closing(conn.cursor()) as cur:
         for query, emit in ((Q["last_checkpoints"], _last_checkpoint), (Q["attempts"], _attempts),
-                            (Q["dead_letters"], _dead_letters), (Q["phases"], _histogram)):
+                            (Q["dead_letters"], _dead_letters), (Q["phases"], histogram)):
             cur.execute(query, asked)
             samples += [s for row in cur.fetchall() for s in emit(*row)]
         cur.execute(Q["open_checkpoints"], asked)
@@ -129,14 +133,14 @@ def _last_checkpoint(pipeline: str, records: int, staged: dict) -> Iterable[Samp
 
 
 def _attempts(pipeline: str, state: str, n: int) -> Iterable[Sample]:
-    yield Sample("exactly_once_attempts_total", (("pipeline", pipeline), ("state", state)), n)
+    yield Sample("exactly_once_attempts", (("pipeline", pipeline), ("state", state)), n)
 
 
 def _dead_letters(pipeline: str, reason_class: str, n: int) -> Iterable[Sample]:
-    yield Sample("exactly_once_dead_letters_total", (("pipeline", pipeline), ("reason_class", reason_class)), n)
+    yield Sample("exactly_once_dead_letters", (("pipeline", pipeline), ("reason_class", reason_class)), n)
 
 
-def _histogram(pipeline: str, phase: str, buckets: list[int], count: int, total: float) -> Iterable[Sample]:
+def histogram(pipeline: str, phase: str, buckets: list[int], count: int, total: float) -> Iterable[Sample]:
     name, labels = "exactly_once_checkpoint_phase_seconds", (("pipeline", pipeline), ("phase", phase))
     for bound, n in zip((*PHASE_BOUNDS, math.inf), (*buckets, count)):
         yield Sample(f"{name}_bucket", (*labels, ("le", _number(bound))), n)

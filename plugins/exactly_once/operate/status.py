@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from exactly_once import connections
+from exactly_once.dead_letter_budget import BREACH
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import OffsetRange, describe_ranges
 from exactly_once.sqlfiles import named
@@ -91,6 +92,7 @@ class Stall:
     failed_attempts: int
     since: datetime | None
     last_error: str
+    at_commit: bool = False  # stalled at commit, its pre-commit kept
 
 
 @dataclass(frozen=True)
@@ -132,8 +134,8 @@ def read_status(conn, kafka: KafkaOffsets | None, pipeline: str, history: int = 
         cur.execute(Q["gaps"], where)
         gaps = tuple(Gap(OffsetRange(t, p, a, b), cp, at) for t, p, a, b, cp, at in cur.fetchall())
         cur.execute(Q["stalled"], where)
-        stalls = tuple(Stall(cp, run, tuple(OffsetRange(*r) for r in ranges), failed, since, error)
-                       for cp, run, ranges, failed, since, error in cur.fetchall())
+        stalls = tuple(Stall(cp, run, tuple(OffsetRange(*r) for r in ranges), failed, since, error, at_commit)
+                       for cp, run, ranges, failed, since, error, at_commit in cur.fetchall())
     lag = () if kafka is None else tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None, None).last_stable)
                                          for t, p, end in ends)
     return PipelineStatus(pipeline, stalls, None if last is None else LastCommit(*last), lag,
@@ -179,12 +181,18 @@ def render_checkpoints(checkpoints: tuple[CheckpointSummary, ...]) -> str:
 
 
 def render_stall(pipeline: str, stall: Stall) -> str:
+    retry = f"`python -m exactly_once.operate.stalls retry {stall.checkpoint_id}`"
+    if stall.last_error.startswith(BREACH):  # dead-lettering more records would only add to them
+        way_out = (f"look at its dead letters, then clear its commit task to commit it as it is; or fix the "
+                   f"pipeline (its schema, its transform) and run {retry}")
+    else:
+        way_out = (f"fix the cause, then clear its {'commit' if stall.at_commit else 'increment'} task or run "
+                   f"{retry}; or dead-letter the records at fault: `python -m exactly_once.operate.stalls "
+                   f"dead-letter {pipeline} 'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
     return (f"STALLED: checkpoint {stall.checkpoint_id} (DAG run {stall.dag_run_id}) since {_when(stall.since)}, "
             f"after {stall.failed_attempts} failed attempt(s); ranges {', '.join(r.label for r in stall.ranges)}\n"
             f"  last error: {stall.last_error}\n"
-            f"  way out: fix the cause, then clear its increment task or run `python -m exactly_once.operate.stalls retry "
-            f"{stall.checkpoint_id}`; or dead-letter the records at fault: `python -m exactly_once.operate.stalls "
-            f"dead-letter {pipeline} 'TOPIC[PARTITION]@FROM..TO' --reason WHY`")
+            f"  way out: {way_out}")
 
 
 def render_went_back(pipeline: str, lag: PartitionLag) -> str:

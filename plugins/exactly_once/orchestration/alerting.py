@@ -15,6 +15,7 @@ message) for its templates, e.g. `subject="{{ exactly_once_alert.summary }}"`.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ from exactly_once.operate.status import read_status
 from exactly_once.sqlfiles import named
 
 Q = named("alerts.sql")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,37 +55,50 @@ class Event:
         return f"{self.kind}:{self.subject}"
 
 
-def current_events(ledger: Ledger, kafka: KafkaClient | None, freshness_after: timedelta | None,
-                   now: datetime) -> list[Event]:
-    """What is going on in the pipeline that alerts: its stalled checkpoints, and its
-    freshness beyond `freshness_after` (when Kafka is given)."""
+def stall_events(ledger: Ledger) -> list[Event]:
+    """The pipeline's stalled checkpoints, each an event."""
     name = ledger.config.name
     with ledger.rows() as rows:
         stalled = rows.stalled()
-    found = [Event("dead_letter_budget" if (c.reason or "").startswith(BREACH) else "stalled", name, str(c.id),
-                   f"pipeline {name}: checkpoint {c.id} is stalled"
-                   + (" on its dead-letter budget" if (c.reason or "").startswith(BREACH) else ""),
-                   str(Stalled(name, c))) for c in stalled]
-    if freshness_after is not None and kafka is not None:
-        with closing(ledger.connect()) as conn, KafkaOffsets(kafka) as offsets, RecordTimes(kafka) as times:
-            oldest = max(ages(times, read_status(conn, offsets, name, history=1).lag, now).values(), default=0.0)
-        if oldest > freshness_after.total_seconds():
-            found.append(Event("freshness", name, "", f"pipeline {name}: records wait {oldest:.0f} s to be committed",
-                               f"pipeline {name!r}: its oldest record not committed was stamped {oldest:.0f} s ago, "
-                               f"more than the bound of {freshness_after.total_seconds():.0f} s: are its runs "
-                               "failing, paused, or slower than its records come?"))
-    return found
+    budget = {c.id for c in stalled if (c.reason or "").startswith(BREACH)}
+    return [Event("dead_letter_budget" if c.id in budget else "stalled", name, str(c.id),
+                  f"pipeline {name}: checkpoint {c.id} is stalled" + (" on its dead-letter budget" if c.id in budget
+                                                                       else ""),
+                  str(Stalled(name, c))) for c in stalled]
 
 
-def send_new(ledger: Ledger, alerts: Alerts, kafka: KafkaClient | None, context: Mapping,
+def freshness_event(ledger: Ledger, kafka: KafkaClient, bound: timedelta, now: datetime) -> Event | None:
+    """An event if the pipeline's oldest record not committed is older than `bound`; raises
+    if Kafka cannot say."""
+    name = ledger.config.name
+    with closing(ledger.connect()) as conn, KafkaOffsets(kafka) as offsets, RecordTimes(kafka) as times:
+        oldest = max(ages(times, read_status(conn, offsets, name, history=1).lag, now).values(), default=0.0)
+    if oldest <= bound.total_seconds():
+        return None
+    return Event("freshness", name, "", f"pipeline {name}: records wait {oldest:.0f} s to be committed",
+                 f"pipeline {name!r}: its oldest record not committed was stamped {oldest:.0f} s ago, more than "
+                 f"the bound of {bound.total_seconds():.0f} s: are its runs failing, paused, or slower than its "
+                 "records come?")
+
+
+def send_new(ledger: Ledger, alerts: Alerts, kafka: Callable[[], KafkaClient], context: Mapping,
              now: datetime | None = None) -> list[Event]:
     """Clears the alerts of events that ended and sends one for each current event that has
-    none yet; returns the events it sent."""
-    current = current_events(ledger, kafka, alerts.freshness_after, now or datetime.now(timezone.utc))
+    none yet; returns the events it sent. Stalls are read from the ledger alone: Kafka being
+    unusable leaves the freshness alert as it is, and stalls are still sent."""
+    current, undecided = stall_events(ledger), []
+    if alerts.freshness_after is not None:
+        try:
+            fresh = freshness_event(ledger, kafka(), alerts.freshness_after, now or datetime.now(timezone.utc))
+            current += [fresh] if fresh else []
+        except Exception as unread:  # whatever Kafka or its connection fails with: the next task asks again
+            log.warning("pipeline %s: freshness not read, its alert left as it is: %s", ledger.config.name, unread)
+            undecided.append(Event("freshness", ledger.config.name, "", "", "").key)
     sent = []
     with closing(ledger.connect()) as conn:
         with conn, conn.cursor() as cur:
-            cur.execute(Q["clear_ended"], {"pipeline": ledger.config.name, "current": [e.key for e in current]})
+            cur.execute(Q["clear_ended"], {"pipeline": ledger.config.name,
+                                           "current": [e.key for e in current] + undecided})
         for event in current:
             with conn, conn.cursor() as cur:
                 cur.execute(Q["raise_alert"], {"pipeline": event.pipeline, "kind": event.kind,

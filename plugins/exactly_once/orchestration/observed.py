@@ -27,8 +27,7 @@ def observed(ledger: Callable[[], Ledger], alerts: alerting.Alerts | None, kafka
         if airflow_metrics.configured():
             _logged("Airflow's metrics", lambda: airflow_metrics.send(ledger(), kafka()))
         if alerts is not None:
-            _logged("alerts", lambda: alerting.send_new(ledger(), alerts, kafka() if alerts.freshness_after else None,
-                                                        context))
+            _logged("alerts", lambda: alerting.send_new(ledger(), alerts, kafka, context))
 
 
 def _logged(what: str, send: Callable[[], object]) -> None:
