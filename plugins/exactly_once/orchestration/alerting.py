@@ -23,11 +23,9 @@ from datetime import datetime, timedelta, timezone
 
 from exactly_once.dead_letter_budget import BREACH
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Stalled
-from exactly_once.operate.freshness import RecordTimes, ages
-from exactly_once.operate.status import read_status
+from exactly_once.operate.metrics import Sample, read_samples
 from exactly_once.sqlfiles import named
 
 Q = named("alerts.sql")
@@ -68,11 +66,14 @@ def stall_events(ledger: Ledger) -> list[Event]:
 
 
 def freshness_event(ledger: Ledger, kafka: KafkaClient, bound: timedelta, now: datetime) -> Event | None:
-    """An event if the pipeline's oldest record not committed is older than `bound`; raises
-    if Kafka cannot say."""
+    """An event if the pipeline's oldest record not committed is older than `bound`, by the
+    metrics' own reading; raises if Kafka cannot say."""
     name = ledger.config.name
-    with closing(ledger.connect()) as conn, KafkaOffsets(kafka) as offsets, RecordTimes(kafka) as times:
-        oldest = max(ages(times, read_status(conn, offsets, name, history=1).lag, now).values(), default=0.0)
+    with closing(ledger.connect()) as conn:
+        samples = read_samples(conn, kafka, now, [name])
+    if Sample("exactly_once_kafka_up", (), 1) not in samples:
+        raise ConnectionError(f"Kafka did not answer for the freshness of pipeline {name!r}")
+    oldest = max((s.value for s in samples if s.name == "exactly_once_freshness_seconds"), default=0.0)
     if oldest <= bound.total_seconds():
         return None
     return Event("freshness", name, "", f"pipeline {name}: records wait {oldest:.0f} s to be committed",
