@@ -39,6 +39,11 @@ def _java(main: str, *args: str) -> list[str]:
             "-cp", _classpath(), main, *args]
 
 
+def tool(main: str, *args: str, timeout: float = 120) -> str:
+    """One of the broker's own command-line tools (a class of its jars) run to its end; its output."""
+    return subprocess.run(_java(main, *args), check=True, capture_output=True, text=True, timeout=timeout).stdout
+
+
 # Listener name -> its security protocol and port name. PLAINTEXT serves the tests' producers
 # and oracles and the broker itself; SASL_SSL (SCRAM-SHA-512) is kafka_default's; SSL requires a
 # client certificate (mutual TLS). EXPIRED and OTHER_HOST present an
@@ -82,6 +87,9 @@ auto.create.topics.enable=false
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
+# A transaction past its timeout is aborted within a second (the default looks every 10 s):
+# the tests of a publisher too slow for its transaction see the broker's verdict at once.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0

@@ -17,6 +17,8 @@ DELETE FROM exactly_once.checkpoints WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.partitions WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.preflights WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.alerts WHERE pipeline = %(pipeline)s;
+DELETE FROM exactly_once.outbox WHERE pipeline = %(pipeline)s;
+DELETE FROM exactly_once.outbox_published WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.config_versions WHERE pipeline = %(pipeline)s;
 DELETE FROM exactly_once.pipelines WHERE name = %(pipeline)s;
 

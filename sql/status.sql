@@ -64,3 +64,15 @@ SELECT c.id, c.dag_run_id,
 FROM exactly_once.checkpoints c
 WHERE c.pipeline = %(pipeline)s AND c.state = 'stalled'
 ORDER BY c.id;
+
+-- name: outbox_backlog
+-- Per kafka sink of the pipeline with rows not published (plugins/exactly_once/publishing):
+-- how many, the first checkpoint they are of, the last checkpoint published, and the open
+-- checkpoint that holds the rows of later ones back.
+SELECT b.sink, b.records, b.first_checkpoint, p.checkpoint_id, p.published_at,
+       (SELECT min(id) FROM exactly_once.checkpoints c
+        WHERE c.pipeline = b.pipeline AND c.state NOT IN ('committed', 'aborted') AND c.id < b.last_checkpoint)
+FROM exactly_once.outbox_backlog b
+LEFT JOIN exactly_once.outbox_published p ON p.pipeline = b.pipeline AND p.sink = b.sink
+WHERE b.pipeline = %(pipeline)s
+ORDER BY b.sink

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -116,3 +116,69 @@ def wait_until_stable(servers: str, topic: str, produced: list[Produced]) -> Non
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}/{partition}: last stable offset never passed {offset + 1}")
             time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class Consumed:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+
+
+def committed_records(servers: str, topic: str, timeout: float = 30) -> list[Consumed]:
+    """Every record of the topic a read_committed consumer sees (aborted and open
+    transactions' records are not), per partition in offset order, partitions in turn."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"tests-{uuid.uuid4()}",
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        records, ended = [], set()
+        deadline = time.monotonic() + timeout
+        while len(ended) < len(partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: partitions {sorted(set(partitions) - ended)} not read to their end")
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(message.error())
+                ended.add(message.partition())
+                continue
+            records.append(Consumed(message.partition(), message.offset(), message.key(), message.value(),
+                                    tuple(message.headers() or ())))
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()
+
+
+def forget_progress(servers: str, topic: str, transactional_id: str) -> None:
+    """A tombstone for a publisher's progress (exactly_once.publishing.progress), if its topic exists."""
+    producer = Producer({"bootstrap.servers": servers})
+    if topic in producer.list_topics(timeout=30).topics:
+        producer.produce(topic, value=None, key=transactional_id.encode())
+        producer.flush(30)
+
+
+def java_committed_records(servers: str, topic: str) -> list[tuple[int, str, str, str]]:
+    """What Java's read_committed consumer (the broker's own console consumer) sees of the
+    topic: (partition, headers as `name:value,…`, key, value) per record."""
+    from exactly_once_stack.kafka import tool
+
+    printed = tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", servers, "--topic", topic,
+                   "--from-beginning", "--isolation-level", "read_committed", "--timeout-ms", "3000",
+                   "--property", "print.partition=true", "--property", "print.headers=true",
+                   "--property", "print.key=true")
+    records = [line.split("\t", 3) for line in printed.splitlines() if line.startswith("Partition:")]
+    return [(int(partition.removeprefix("Partition:")), headers, key, value)
+            for partition, headers, key, value in records]
+
+
+def as_printed(records: list[Consumed]) -> list[tuple[int, str, str, str]]:
+    """librdkafka's records as the console consumer prints them."""
+    return [(r.partition, ",".join(f"{name}:{value.decode()}" for name, value in r.headers), r.key.decode(),
+             r.value.decode()) for r in records]

@@ -121,6 +121,9 @@ _MODES = {
     "append": _Model(_append, lambda sink: COORDINATES),
     "upsert": _Model(_upsert, lambda sink: sink.keys),
     "aggregate": _Model(_aggregate, lambda sink: sink.keys),
+    # What the sink's topic holds: a record per row, or per-key folds that add up as an aggregate's rows
+    "kafka": _Model(lambda sink, good: (_aggregate if sink.measures else _append)(sink, good),
+                    lambda sink: sink.keys if sink.measures else COORDINATES),
 }
 
 
@@ -180,17 +183,54 @@ def final_columns(db_url: str, config: PipelineConfig) -> dict[str, list[str]]:
         return {sink.name: table_columns(cur, sink) for sink in config.sinks}
 
 
-def actual(db_url: str, config: PipelineConfig) -> Tables:
+def actual(db_url: str, config: PipelineConfig, kafka_servers: str | None = None) -> Tables:
     """Every row of each sink's final table, all its columns, duplicates kept, and the
     pipeline's dead letters; each list in the order of its columns' values, so two reads
-    are equal when the tables hold the same rows."""
+    are equal when the tables hold the same rows. A kafka sink's rows are its topic's
+    records (read_committed), as its table's types, its folds folded per key."""
     with closing(psycopg2.connect(db_url)) as conn, conn.cursor() as cur:
         out = {}
         for sink in config.sinks:
+            if sink.mode == "kafka":
+                out[sink.name] = _published(cur, sink, kafka_servers)
+                continue
             out[sink.name] = _read(cur, table_columns(cur, sink), final_table(sink), sql.SQL(""))
         out[DEAD_LETTERS] = _read(cur, DEAD_LETTER_COLUMNS, sql.Identifier("exactly_once", "dead_letters"),
                                   sql.SQL("WHERE pipeline = {}").format(sql.Literal(config.name)))
     return out
+
+
+def _published(cur, sink: Sink, kafka_servers: str | None) -> list[Row]:
+    """The records of a kafka sink's topic as rows of its table (PostgreSQL reads each JSON
+    value as the table's row type), as a consumer keeps them: per checkpoint, the records of
+    its latest reprocessing (header exactly_once.replaces) instead of those it replaces; a
+    sink with measures, folded per key as its consumers add them up."""
+    from exactly_once.publishing.publisher import CHECKPOINT_HEADER, REPLACES_HEADER
+    from tests.kafka_records import committed_records
+
+    assert kafka_servers, f"sink {sink.name} publishes to Kafka: the oracle needs the brokers to read it"
+    columns = table_columns(cur, sink)
+    latest: dict[int, tuple[int, list[Row]]] = {}  # per checkpoint replaced: (by checkpoint, its rows)
+    for record in committed_records(kafka_servers, sink.topic):
+        headers = {name: int(value) for name, value in record.headers}
+        checkpoint = headers[CHECKPOINT_HEADER]
+        replaced = headers.get(REPLACES_HEADER, checkpoint)
+        by, held = latest.get(replaced, (checkpoint, []))
+        if checkpoint < by:
+            continue  # replaced (the partition read before held its replacement)
+        cur.execute(sql.SQL("SELECT {columns} FROM jsonb_populate_record(NULL::{table}, %s)").format(
+            columns=sql.SQL(", ").join(map(sql.Identifier, columns)), table=final_table(sink)),
+            (record.value.decode(),))
+        latest[replaced] = (checkpoint, (held if checkpoint == by else []) + [dict(zip(columns, cur.fetchone()))])
+    rows = [row for _, held in latest.values() for row in held]
+    if not sink.measures:
+        return rows
+    folds = {"count": sum, "sum": sum, "min": min, "max": max}
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[tuple(row[k] for k in sink.keys)].append(row)
+    return [{**dict(zip(sink.keys, key)), **{m: folds[how](r[m] for r in group) for m, how in sink.measures.items()}}
+            for key, group in groups.items()]
 
 
 def _read(cur, columns: Sequence[str], table: sql.Identifier, where: sql.Composable) -> list[Row]:

@@ -10,6 +10,9 @@
     python -m exactly_once reprocess DAG_FILE_OR_PIPELINE CHECKPOINT_ID
         replays a committed checkpoint's frozen ranges with the DAG file's configuration (or the
         one last registered) and replaces its rows in every sink (exactly_once.orchestration.reprocessing)
+    python -m exactly_once publish DAG_FILE_OR_PIPELINE
+        publishes what the pipeline's kafka sinks committed and Kafka does not have yet, as the
+        pipeline's runs do (exactly_once.publishing); exit status 1 with the error otherwise
 
 Connections are Airflow's (`pipeline_db`, `kafka_default`, `spark_default`), read from the
 environment and from Airflow's metadata database (`exactly_once.connections`).
@@ -55,12 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     again = commands.add_parser("reprocess", help="replay a committed checkpoint with today's configuration")
     again.add_argument("target", metavar="DAG_FILE_OR_PIPELINE")
     again.add_argument("checkpoint_id", type=int)
+    publish = commands.add_parser("publish", help="publish what a pipeline's kafka sinks committed")
+    publish.add_argument("target", metavar="DAG_FILE_OR_PIPELINE")
+    publish.add_argument("--transaction-timeout-ms", type=int, default=60_000,
+                         help="each Kafka transaction's timeout (default: 60000)")
     args = parser.parse_args(argv)
 
     if args.command == "check":
         return run_check(args.target)
     if args.command == "reprocess":
         return run_reprocess(args.target, args.checkpoint_id)
+    if args.command == "publish":
+        return run_publish(args.target, args.transaction_timeout_ms)
     if args.command == "new":
         from exactly_once.operate.scaffold import avro_source, parse_schema, scaffold
 
@@ -123,6 +132,30 @@ def run_reprocess(target: str, checkpoint_id: int) -> int:
         print(report(unusable.problem.subject, [unusable.problem]))
         return 1
     return reprocess(configs, checkpoint_id)
+
+
+def run_publish(target: str, transaction_timeout_ms: int) -> int:
+    import logging
+
+    from exactly_once import connections
+    from exactly_once.errors import PipelineError
+    from exactly_once.publishing.publisher import Publisher
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    connect = connections.for_command_line(connections.connector)
+    client = connections.for_command_line(connections.kafka_client)
+    try:
+        for config in configs_of(target, connect):
+            for published in Publisher(config, connect, client,
+                                       transaction_timeout_ms=transaction_timeout_ms).publish():
+                print(f"pipeline {config.name}: {published}")
+    except Unloadable as unusable:
+        print(report(unusable.problem.subject, [unusable.problem]))
+        return 1
+    except PipelineError as failed:
+        print(f"not published: {failed}")
+        return 1
+    return 0
 
 
 def pipeline_problems(config: PipelineConfig, kafka: KafkaClient | None, connect) -> list[Problem]:

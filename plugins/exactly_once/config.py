@@ -29,6 +29,8 @@ from exactly_once.spark_types import check as check_spark_type
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 Column = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 QualifiedTable = Annotated[str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$")]
+# Kafka's own rule for topic names.
+KafkaTopic = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 
 def _names(package: str) -> list[str]:
     """The plug-ins of a package (sink modes, value formats): the valid values the schema shows."""
@@ -163,11 +165,14 @@ class Sink(_Frozen):
     table: QualifiedTable = Field(description="Final table, 'schema.table' or 'table'; created by the user.")
     mode: str = Field(
         description="How rows merge, a module of exactly_once.sinks: append: a row per record; upsert: by key, "
-                    "the newest row wins (see `order_by`); aggregate: measures of each group are added.",
+                    "the newest row wins (see `order_by`); aggregate: measures of each group are added; kafka: "
+                    "published to `topic` through the outbox (docs/guide/kafka-output.md).",
         json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.sinks")))
-    keys: tuple[Column, ...] = Field((), description="upsert: the key columns; aggregate: the group columns.")
+    keys: tuple[Column, ...] = Field((), description="upsert: the key columns; aggregate: the group columns; "
+                                                     "kafka: the columns of each record's key.")
     measures: dict[Column, Literal["sum", "count", "min", "max"]] = Field(
-        {}, description="aggregate only: column -> how it merges.")
+        {}, description="aggregate: column -> how it merges; kafka: how a checkpoint's rows of a key fold into "
+                        "one record (none: a record per row).")
     order_by: Column | None = Field(
         None, description="upsert only: the column that says which of a key's rows is newest, e.g. an event "
                           "time (a number, date or timestamp, never null): the row highest in (order_by, "
@@ -175,6 +180,18 @@ class Sink(_Frozen):
                           "in. Without it the highest (kafka_offset, kafka_partition) wins, which holds only "
                           "while each key's records are in one partition of one topic: required with several "
                           "topics, and before partitions are added.")
+
+    topic: KafkaTopic | None = Field(
+        None, description="kafka only: the topic the sink's rows are published to, keyed by `keys`.")
+    progress_topic: KafkaTopic | None = Field(
+        None, description="kafka only: the compacted topic of one partition where the sink's publisher keeps, in "
+                          "the Kafka transaction of each batch of records, the last outbox row it published; no "
+                          "other publisher may write it. Default `exactly_once_progress-PIPELINE-SINK`, created "
+                          "if missing.")
+    on_reprocess: Literal["refuse", "republish"] = Field(
+        "refuse", description="kafka only: a reprocessing of a committed checkpoint cannot take back records "
+                              "Kafka has: refuse it, or publish the new records again, each with the header "
+                              "`exactly_once.replaces` naming the checkpoint they replace.")
 
     @field_validator("mode")
     @classmethod
@@ -186,6 +203,10 @@ class Sink(_Frozen):
     def _mode_fits(self) -> Sink:
         if self.order_by is not None and self.mode != "upsert":
             raise ValueError(f"order_by is for upsert sinks, not {self.mode} sinks")
+        kafka_only = {"topic": None, "progress_topic": None, "on_reprocess": "refuse"}
+        misplaced = [f for f, default in kafka_only.items() if getattr(self, f) != default]
+        if self.mode != "kafka" and misplaced:
+            raise ValueError(f"{', '.join(misplaced)}: for kafka sinks, not {self.mode} sinks")
         self.strategy.check(self)
         return self
 

@@ -81,10 +81,10 @@ def likely_types(config: PipelineConfig) -> dict[str, str]:
 
 
 def expected_columns(config: PipelineConfig, sink: Sink) -> list[str]:
-    """The columns a new final table of the sink gets: an aggregate's keys and measures; for
-    append and upsert the record's fields (the key's, then the value's), the keys the transform adds,
-    and the record coordinates the mode needs."""
-    if sink.mode == "aggregate":
+    """The columns a new final table of the sink gets: the keys and measures of an aggregate
+    (or kafka sink with measures); otherwise the record's fields (the key's, then the value's),
+    the keys the transform adds, and the record coordinates the mode needs."""
+    if sink.measures:
         return [*sink.keys, *sink.measures]
     needed = sink.strategy.required_columns(sink)
     coordinates = [c for c in (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET) if c in needed]
@@ -114,10 +114,10 @@ def column_definition(config: PipelineConfig, sink: Sink, column: str) -> tuple[
 
 
 def create_table(config: PipelineConfig, sink: Sink) -> str:
-    """The CREATE TABLE of a sink's final table, unique on what its mode merges on."""
+    """The CREATE TABLE of a sink's final table, unique on what its mode merges on (if it merges)."""
     columns = expected_columns(config, sink)
     unique = ", ".join(quoted(c) for c in columns if c in sink.strategy.unique_columns(sink))
-    lines = [column_definition(config, sink, c) for c in columns] + [(f"UNIQUE ({unique})", None)]
+    lines = [column_definition(config, sink, c) for c in columns] + ([(f"UNIQUE ({unique})", None)] if unique else [])
     body = "".join(f"\n    {line}" + ("," if i < len(lines) - 1 else "") + (f"  -- {note}" if note else "")
                    for i, (line, note) in enumerate(lines))
     return f"CREATE TABLE {quoted(sink.table)} ({body}\n);"

@@ -7,10 +7,17 @@ from exactly_once.config import PipelineConfig, load_config
 
 TOPIC = "orders"
 PARTITIONS = 3  # when produce.py creates the topic; readers ask the broker
+DELTAS_TOPIC = "sku_minute_deltas"  # the demo's Kafka output
 
 
-def config(name: str = "orders", topic: str = TOPIC, schema: str = "demo", **options) -> PipelineConfig:
-    """The demo pipeline; tests run copies of it on a topic and tables of their own."""
+def config(name: str = "orders", topic: str = TOPIC, schema: str = "demo", deltas_topic: str | None = None,
+           **options) -> PipelineConfig:
+    """The demo pipeline; tests run copies of it on a topic and tables of their own. With
+    `deltas_topic`, each checkpoint's contribution to sku_minute_totals is published there too
+    (a kafka sink: docs/guide/kafka-output.md)."""
+    deltas = {"name": "sku_minute_deltas", "table": f"{schema}.sku_minute_deltas", "mode": "kafka",
+              "topic": deltas_topic, "keys": ["minute", "sku"],
+              "measures": {"orders": "count", "qty": "sum", "revenue": "sum"}, "on_reprocess": "republish"}
     return load_config({
         "name": name,
         "source": {"topics": [topic], "value_schema": {
@@ -21,12 +28,13 @@ def config(name: str = "orders", topic: str = TOPIC, schema: str = "demo", **opt
             {"name": "sku_minute_totals", "table": f"{schema}.sku_minute_totals", "mode": "aggregate",
              "keys": ["minute", "sku"], "measures": {"orders": "count", "qty": "sum", "revenue": "sum"}},
             {"name": "sku_last_price", "table": f"{schema}.sku_last_price", "mode": "upsert", "keys": ["sku"]},
+            *([deltas] if deltas_topic else []),
         ],
         **options,
     })
 
 
-CONFIG = config()
+CONFIG = config(deltas_topic=DELTAS_TOPIC)
 
 
 def prepare(rows):

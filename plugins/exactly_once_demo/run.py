@@ -26,9 +26,9 @@ from exactly_once import connections
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.tables import final_table
 from exactly_once.operate.status import read_status, render, table
-from exactly_once_demo.pipeline import CONFIG
+from exactly_once_demo.pipeline import CONFIG, DELTAS_TOPIC
 from exactly_once_demo.prepare import create_tables
-from exactly_once_demo.produce import produce
+from exactly_once_demo.produce import ensure_topic, produce
 
 DAG_ID = "orders_exactly_once"  # dag.py
 
@@ -48,6 +48,9 @@ def run_checkpoint(number: int, interval_end: datetime, logs: Path) -> None:
                                                                  or "(new)" in line)]
     for line in said:  # what begin_checkpoint and commit printed, without the log's prefix and suffix
         print("    " + re.split(r"\s+\[[\w.]+\]\s", line[line.index("checkpoint "):])[0].split("  ")[0])
+    for line in lines:  # what the publish task published
+        if "Kafka transactions" in line and "sink " in line:
+            print("    " + re.split(r"\s+\[[\w.]+\]\s", line[line.index("sink "):])[0].split("  ")[0])
     print(f"    DAG run succeeded in {time.monotonic() - started:.0f} s", flush=True)
 
 
@@ -55,6 +58,9 @@ def row_counts(connect) -> str:
     rows = []
     with closing(connect()) as conn, conn.cursor() as cur:
         for sink in CONFIG.sinks:
+            if sink.mode == "kafka":  # its table is never written: its records are in Kafka
+                rows.append([f"Kafka topic {sink.topic}", sink.mode, "(read_committed consumers)"])
+                continue
             cur.execute(sql.SQL("SELECT count(*) FROM {}").format(final_table(sink)))
             rows.append([sink.table, sink.mode, cur.fetchone()[0]])
         cur.execute("SELECT count(*) FROM exactly_once.dead_letters WHERE pipeline = %s", (CONFIG.name,))
@@ -74,6 +80,7 @@ def main() -> None:
     kafka_client = connections.for_command_line(connections.kafka_client)
     with closing(connect()) as conn:
         create_tables(conn)
+    ensure_topic(kafka_client, DELTAS_TOPIC)
     for number in range(1, args.runs + 1):
         produce(kafka_client, args.orders, seed=time.time_ns())
         run_checkpoint(number, datetime.now(timezone.utc), args.logs)

@@ -11,3 +11,7 @@ CREATE TABLE IF NOT EXISTS {schema}.sku_minute_totals (
 CREATE TABLE IF NOT EXISTS {schema}.sku_last_price (
     sku text PRIMARY KEY, price numeric(12, 2) NOT NULL, ts timestamptz NOT NULL,
     kafka_partition int NOT NULL, kafka_offset bigint NOT NULL);
+-- What the kafka sink sku_minute_deltas publishes: its columns and types, never written.
+CREATE TABLE IF NOT EXISTS {schema}.sku_minute_deltas (
+    minute timestamptz NOT NULL, sku text NOT NULL, orders bigint NOT NULL, qty bigint NOT NULL,
+    revenue numeric(18, 2) NOT NULL);

@@ -12,8 +12,11 @@ from playwright.sync_api import sync_playwright
 from psycopg2 import sql
 
 from exactly_once.ledger.tables import contributions_table
-from exactly_once_demo.pipeline import CONFIG, TOPIC
+from exactly_once.publishing.publisher import kafka_sinks, progress_topic, transactional_id
+from exactly_once_demo.pipeline import CONFIG, DELTAS_TOPIC, TOPIC
 from exactly_once_demo.prepare import create_tables
+from exactly_once_demo.produce import ensure_topic
+from tests.kafka_records import forget_progress
 
 # Its assertions say what they compared, like a test module's (it is imported after this file).
 pytest.register_assert_rewrite("tests.dags.metrics_scrape")
@@ -21,17 +24,22 @@ pytest.register_assert_rewrite("tests.dags.metrics_scrape")
 CHROMIUM = "/usr/bin/chromium"  # Debian's package, installed by exactly_once_stack/setup.sh
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
-LEDGER_TABLES = ("committed_ranges", "gaps", "dead_letters", "checkpoint_ranges")
+LEDGER_TABLES = ("committed_ranges", "gaps", "dead_letters", "checkpoint_ranges", "outbox", "outbox_published")
 
 
 @pytest.fixture
 def fresh_demo(ledger_db, kafka_servers):
-    """No demo topic, tables or ledger rows left from an earlier test or demo."""
+    """No demo topic, tables, ledger rows or published records left from an earlier test or
+    demo (its publisher's progress forgotten by a tombstone); an empty topic to publish to."""
     admin = AdminClient({"bootstrap.servers": kafka_servers})
-    if TOPIC in admin.list_topics(timeout=30).topics:
-        admin.delete_topics([TOPIC])[TOPIC].result(timeout=30)
-        while TOPIC in admin.list_topics(timeout=30).topics:
-            time.sleep(0.2)
+    for topic in (TOPIC, DELTAS_TOPIC):
+        if topic in admin.list_topics(timeout=30).topics:
+            admin.delete_topics([topic])[topic].result(timeout=30)
+            while topic in admin.list_topics(timeout=30).topics:
+                time.sleep(0.2)
+    ensure_topic(kafka_servers, DELTAS_TOPIC)
+    [deltas] = kafka_sinks(CONFIG)
+    forget_progress(kafka_servers, progress_topic(CONFIG, deltas), transactional_id(CONFIG, deltas))
     with closing(psycopg2.connect(ledger_db)) as conn, conn, conn.cursor() as cur:
         cur.execute("DROP SCHEMA IF EXISTS demo CASCADE")
         for table in LEDGER_TABLES:

@@ -121,7 +121,8 @@ def assert_no_secret_in(processes: list[tuple[str, str]], logs: str, secrets: li
 
 def assert_the_lineage_of_the_run(events: Path, run_id: str) -> None:
     """The run's increment task reported (OpenLineage, the provider's listener, file transport)
-    the topic in and the sink tables and the dead letters out, in OpenLineage's naming."""
+    the topic in and the sink tables, the dead letters and the kafka sink's topic out, in
+    OpenLineage's naming."""
     [increment] = [e for e in map(json.loads, events.read_text().splitlines())
                    if e["job"]["name"] == "orders_exactly_once.increment" and e["eventType"] == "COMPLETE"]
     assert increment["run"]["facets"]["airflow"]["dagRun"]["run_id"] == run_id
@@ -130,8 +131,9 @@ def assert_the_lineage_of_the_run(events: Path, run_id: str) -> None:
     db = json.loads(env["AIRFLOW_CONN_PIPELINE_DB"])
     assert [(d["namespace"], d["name"]) for d in increment["inputs"]] == [(f"kafka://{kafka}", "orders")]
     assert [(d["namespace"], d["name"]) for d in increment["outputs"]] == [
-        (f"postgres://{db['host']}:{db['port']}", f"pipeline.{table}")
-        for table in ("demo.orders", "demo.sku_minute_totals", "demo.sku_last_price", "exactly_once.dead_letters")]
+        *((f"postgres://{db['host']}:{db['port']}", f"pipeline.{table}")
+          for table in ("demo.orders", "demo.sku_minute_totals", "demo.sku_last_price", "exactly_once.dead_letters")),
+        (f"kafka://{kafka}", "sku_minute_deltas")]  # the kafka sink's topic
     written = events.read_text()
     assert passwords()["kafka_pipeline"] not in written and passwords()["pipeline"] not in written
 

@@ -1,6 +1,7 @@
 """The demo DAG through `airflow dags test` on real Airflow (PostgreSQL metadata DB),
-Kafka, Spark and PostgreSQL: the three demo tables equal the oracle, to the row; a
-checkpoint reprocessed from the command line."""
+Kafka, Spark and PostgreSQL: the three demo tables and the topic the demo publishes its
+deltas to equal the oracle, to the row (Java's and librdkafka's read_committed consumers
+see the same records, in key order); a checkpoint reprocessed from the command line."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import json
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from datetime import datetime, timezone
 
+from exactly_once.publishing.publisher import CHECKPOINT_HEADER, REPLACES_HEADER
 from exactly_once_demo.oracle import attempts, checkpoints
-from exactly_once_demo.pipeline import PARTITIONS
+from exactly_once_demo.pipeline import DELTAS_TOPIC, PARTITIONS
 from exactly_once_demo.produce import produce
 from exactly_once_stack.settings import ROOT, process_environment
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle, rows
+from tests.kafka_records import as_printed, committed_records, java_committed_records
+from tests.publishing.murmur2 import java_partition
 
 
 def dags_test(logical_date: datetime, **env) -> subprocess.CompletedProcess:
@@ -36,7 +41,8 @@ def test_consecutive_intervals_equal_the_oracle_then_empty_and_repeated_runs_cha
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
         if faults:  # the commit task failed on its first try and was retried
             assert "fault injected at commit_task.try1" in run.stdout + run.stderr
-    after_three = assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
+    after_three = assert_tables_equal_the_oracle(fresh_demo, kafka_servers)  # the deltas topic too
+    assert_java_and_librdkafka_see_each_delta_once_in_key_order(kafka_servers, len(interval_ends))
     history = checkpoints(fresh_demo)
     assert [state for _, _, state, _ in history] == ["committed"] * 3 and all(r for *_, r in history)
 
@@ -66,9 +72,15 @@ def test_consecutive_intervals_equal_the_oracle_then_empty_and_repeated_runs_cha
                          cwd=ROOT)
     assert cli.returncode == 0, cli.stdout[-4000:] + cli.stderr[-4000:]
     replaced = json.loads(cli.stdout.split("new: put in): ")[1])
-    assert set(replaced) == {"orders", "sku_minute_totals", "sku_last_price", "_dead_letters"}
+    assert set(replaced) == {"orders", "sku_minute_totals", "sku_last_price", "sku_minute_deltas", "_dead_letters"}
+    deltas = replaced.pop("sku_minute_deltas")  # Kafka takes nothing back: its records are published again
+    assert deltas["old"] == 0 and deltas["new"] > 0, deltas
     assert all(r["old"] == r["new"] for r in replaced.values()) and replaced["orders"]["new"] > 0, replaced
     assert rows(fresh_demo) == after_three
+    republished = [r for r in committed_records(kafka_servers, DELTAS_TOPIC)
+                   if (REPLACES_HEADER, str(middle).encode()) in r.headers]
+    assert len(republished) == deltas["new"]
+    assert_tables_equal_the_oracle(fresh_demo, kafka_servers)  # a consumer replacing the middle checkpoint's deltas
 
     status = subprocess.run([sys.executable, "-m", "exactly_once.operate.status", "--pipeline", "orders"],
                             env=process_environment(), capture_output=True, text=True, timeout=120)
@@ -80,3 +92,17 @@ def test_consecutive_intervals_equal_the_oracle_then_empty_and_repeated_runs_cha
     assert len(lags) == PARTITIONS and max(lags) <= 1, lag
     assert "open checkpoints: none" in status.stdout
     assert f"committed, reprocesses {middle}" in status.stdout
+
+
+def assert_java_and_librdkafka_see_each_delta_once_in_key_order(servers: str, checkpoints: int) -> None:
+    """Java's read_committed consumer and librdkafka's see the same records of the deltas
+    topic: one per checkpoint and key, each key in the partition Java's partitioner gives it,
+    its checkpoints in the order they were planned."""
+    published = committed_records(servers, DELTAS_TOPIC)
+    assert sorted(java_committed_records(servers, DELTAS_TOPIC)) == sorted(as_printed(published))
+    per_key = defaultdict(list)
+    for record in published:
+        assert record.partition == java_partition(record.key, PARTITIONS), record
+        per_key[record.key].append(int(dict(record.headers)[CHECKPOINT_HEADER]))
+    assert per_key and all(ids == sorted(set(ids)) for ids in per_key.values()), per_key
+    assert len({i for ids in per_key.values() for i in ids}) == checkpoints

@@ -1,5 +1,6 @@
 """The pipelines view's page (pure): what the ledger holds is shown, never run — names,
-reasons and errors are escaped — and a dead letter's bytes are previewed without decoding.
+reasons and errors are escaped — a dead letter's bytes are previewed without decoding, and
+a kafka sink's committed backlog is listed with what holds it back.
 What the view reads (real PostgreSQL): record values — a dead letter's bytes, a reason's exact
 text — only for readers the payload rule lets see them (an editor of the DAG, switched on by
 `[exactly_once] show_payloads`), error texts bounded and without the values a database error
@@ -20,7 +21,7 @@ from exactly_once.ledger.planning import OffsetRange
 from exactly_once.operate import overview
 from exactly_once.operate.overview import ERROR_CHARACTERS, PREVIEW_BYTES, DeadLetter, PipelineOverview, preview
 from exactly_once.operate.overview_page import page
-from exactly_once.operate.status import CheckpointSummary, LastCommit, PipelineStatus, Stall, ledger_reader
+from exactly_once.operate.status import Backlog, CheckpointSummary, LastCommit, PipelineStatus, Stall, ledger_reader
 from tests.ledger.harness import Pipeline, workload
 
 NOW = datetime(2026, 11, 24, 8, 0, tzinfo=timezone.utc)
@@ -37,7 +38,8 @@ def test_values_from_the_ledger_are_escaped_and_run_links_quoted():
                                    "committed", 1000, (OffsetRange("t", 0, 0, 1000),), timedelta(seconds=20),
                                    timedelta(seconds=1), 1)
     status = PipelineStatus(HOSTILE, (Stall(8, "run<2>", (OffsetRange("t", 0, 1000, 1010),), 1, NOW, HOSTILE),),
-                            LastCommit(7, checkpoint.dag_run_id, NOW, NOW, 1000), (), (), (), (checkpoint,))
+                            LastCommit(7, checkpoint.dag_run_id, NOW, NOW, 1000), (), (), (), (checkpoint,),
+                            (Backlog("events", 9, 12, 6, NOW, 11),))
     dead = DeadLetter("t", 0, 5, HOSTILE, 7, NOW, preview(b"<b>\x00"), 4)
     html = page([PipelineOverview(status, "dag<1>", ((HOSTILE, 1),), (dead,), None)], "", 20, NOW)
     assert "<script>" not in html and "<b>" not in html
@@ -45,6 +47,9 @@ def test_values_from_the_ledger_are_escaped_and_run_links_quoted():
     assert 'href="/dags/dag%3C1%3E/runs/manual__2026-11-24T08%3A00%3A00%2B00%3A00"' in html
     assert 'data-field="records-bar" data-checkpoint="7" data-value="1000"' in html
     assert 'data-field="latency-bar" data-checkpoint="7" data-value="21.0"' in html
+    # A kafka sink's records committed and waiting (docs/guide/kafka-output.md)
+    assert ('<tr data-row="backlog"><td>events</td><td class="n">9</td><td class="n">12</td><td class="n">6</td>'
+            '<td>2026-11-24 08:00:00 UTC</td><td>checkpoint 11 (open, planned before)</td></tr>') in html
 
 
 # -- record values: previews only where the reader may see them; error texts bounded ----------

@@ -19,4 +19,4 @@ def test_every_field_of_every_model_is_in_it_with_its_description():
         for name, field in model.model_fields.items():
             assert f"| `{prefix}{name}` |" in reference
             assert field.description and field.description in reference
-    assert "| `sinks[].mode` | string | required | `aggregate`, `append`, `upsert` |" in reference
+    assert "| `sinks[].mode` | string | required | `aggregate`, `append`, `kafka`, `upsert` |" in reference

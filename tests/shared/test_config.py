@@ -29,7 +29,7 @@ def test_a_valid_config_loads_with_defaults():
 @pytest.mark.parametrize(("changes", "message"), [
     ({"name": "Orders!"}, "name: String should match pattern"),
     ({"sinks": [{"name": "x", "table": "demo.x", "mode": "merge"}]},
-     "sinks.0.mode: unknown sink mode 'merge': the sink modes are aggregate, append, upsert (got 'merge')"),
+     "sinks.0.mode: unknown sink mode 'merge': the sink modes are aggregate, append, kafka, upsert (got 'merge')"),
     ({"sinks": [{"name": "x", "table": "demo.x", "mode": "upsert"}]}, "sinks.0: upsert sinks need keys"),
     ({"sinks": [{"name": "x", "table": "demo.x", "mode": "append", "keys": ["a"]}]}, "append sinks are keyed by"),
     ({"sinks": [{"name": "x", "table": "demo.x", "mode": "aggregate", "keys": ["a"]}]}, "aggregate sinks need measures"),

@@ -24,7 +24,8 @@ def cursor(pipeline_db_url):
 
 
 def test_every_mode_is_a_module_of_the_sinks_package():
-    with pytest.raises(ValueError, match="unknown sink mode 'merge': the sink modes are aggregate, append, upsert"):
+    with pytest.raises(ValueError,
+                       match="unknown sink mode 'merge': the sink modes are aggregate, append, kafka, upsert"):
         mode_of("merge")
 
 
@@ -39,6 +40,10 @@ def test_a_sink_with_an_unknown_mode_is_refused_naming_the_field():
     ({"mode": "upsert"}, "upsert sinks need keys"),
     ({"mode": "upsert", "keys": ["a"], "measures": {"a": "sum"}}, "upsert sinks take no measures"),
     ({"mode": "aggregate", "keys": ["a"]}, "aggregate sinks need measures"),
+    ({"mode": "kafka", "keys": ["a"]}, "kafka sinks need the topic they publish to"),
+    ({"mode": "kafka", "topic": "out"}, "kafka sinks need keys"),
+    ({"mode": "append", "topic": "out"}, "topic: for kafka sinks, not append sinks"),
+    ({"mode": "upsert", "keys": ["a"], "on_reprocess": "republish"}, "on_reprocess: for kafka sinks, not upsert"),
 ])
 def test_each_mode_checks_its_keys_and_measures(sink, message):
     with pytest.raises(ValueError, match=message):
@@ -84,3 +89,13 @@ def test_an_append_reprocessing_takes_back_the_rows_of_the_replayed_ranges(curso
     forget, put = (s.as_string(cursor) for s in sink.strategy.replace(sink, tables(sink, ["kafka_offset"])))
     assert 'DELETE FROM "Odd"."Table" f\nUSING exactly_once.checkpoint_ranges r' in forget
     assert put == sink.strategy.promote(sink, tables(sink, ["kafka_offset"])).as_string(cursor)
+
+
+def test_kafka_promotes_into_the_outbox_naming_pipeline_and_sink_as_literals(cursor):
+    sink = Sink(name="events", table="s.t", mode="kafka", keys=("sku",), topic="out")
+    text = sink.strategy.promote(sink, SinkTables(sql.Identifier("s", "t"), STAGING, CONTRIBUTIONS, ["sku"],
+                                                  pipeline="p'1")).as_string(cursor)
+    assert "INSERT INTO exactly_once.outbox" in text
+    assert "SELECT 'p''1', 'events', %(checkpoint_id)s" in text
+    assert 'ORDER BY "s"."kafka_topic", "s"."kafka_partition", "s"."kafka_offset"' in text
+    assert 'jsonb_build_array("s"."sku")' in text

@@ -224,7 +224,7 @@ def structure_problems(config: PipelineConfig, sink: Sink, columns: list[ColumnT
     problems = [Problem(f"{table_subject(sink)}: column {c}", f"is missing: the {sink.mode} mode needs it",
                         ddl.add_column(config, sink, c))
                 for c in sorted(mode.required_columns(sink) - {c.name for c in columns})]
-    if mode.unique_columns(sink) not in unique:
+    if mode.unique_columns(sink) and mode.unique_columns(sink) not in unique:
         problems.append(Problem(table_subject(sink), f"has no unique index or constraint on exactly "
                                                      f"{sorted(mode.unique_columns(sink))}, which the {sink.mode} "
                                                      "mode merges on", ddl.add_unique(sink)))

@@ -30,6 +30,7 @@ def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
         if checkpoint.state is not State.COMMITTED:
             raise NotReprocessable(f"checkpoint {checkpoint.id} is {checkpoint.state.value}: only a committed "
                                    "checkpoint is reprocessed (an open one commits first)")
+        _refuse_unretractable(ledger.config)
         rows.run("open_reprocessing", checkpoint_id=checkpoint.id)
         found = rows.cur.fetchone()
         if found is not None:
@@ -39,6 +40,16 @@ def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
         rows.run("insert_reprocessing", checkpoint_id=checkpoint.id, dag_run_id=dag_run_id,
                  lease_until=now + ledger.config.lease, now=now)
         return Begun(rows.checkpoint(rows.cur.fetchone()[0]), recovery, new=True)
+
+
+def _refuse_unretractable(config) -> None:
+    """A kafka sink's records cannot be taken back: it is reprocessed only where it says its
+    records are published again (`on_reprocess: republish`)."""
+    refusing = [f"{s.name} (topic {s.topic})" for s in config.sinks if s.mode == "kafka" and s.on_reprocess == "refuse"]
+    if refusing:
+        raise NotReprocessable(f"pipeline {config.name!r}: kafka sink(s) {', '.join(refusing)} cannot take back the "
+                               "records Kafka has; set `on_reprocess: republish` to publish the new records too, "
+                               "each with the header exactly_once.replaces naming the checkpoint they replace")
 
 
 def _refuse_inexact(rows: LedgerRows) -> None:

@@ -256,7 +256,8 @@ class LedgerRows:
 
     def sink_tables(self, sink: Sink) -> SinkTables:
         return SinkTables(final_table(sink), self.staging[sink.name], contributions_table(self.config, sink),
-                          self.columns(final_table(sink)), self.config.source.tombstones == "delete")
+                          self.columns(final_table(sink)), self.config.source.tombstones == "delete",
+                          self.config.name)
 
     def promotion(self, sink: Sink, reprocessing: bool) -> list[sql.Composed]:
         """The statements that merge the sink's staged rows of %(checkpoint_id)s/%(attempt)s
@@ -279,6 +280,8 @@ class LedgerRows:
         """Whether the sink's final table can refuse rows whose values fit its columns: a
         CHECK, foreign key or exclusion constraint, a trigger, or a unique index besides
         the one its merge conflicts on."""
+        if not sink.strategy.unique_columns(sink):
+            return False  # a table nothing is merged into is never written (a kafka sink's)
         table = final_table(sink).as_string(self.cur)
         self.run("refusing_constraints", table=table)
         if self.cur.fetchone()[0]:

@@ -60,6 +60,7 @@ def _pipeline(o: PipelineOverview, ui_root: str) -> str:
         _table(["topic", "partition", "offsets", "checkpoint", "recorded"],
                [[escape(g.range.topic), g.range.partition, f"{g.range.start}..{g.range.end}", g.checkpoint_id,
                  escape(_when(g.recorded_at))] for g in s.gaps], "gap") if s.gaps else '<p class="none">none</p>',
+        *(["<h3>Kafka sinks: committed, not yet published</h3>", _backlog(s.backlog)] if s.backlog else []),
         "<h3>Dead letters</h3>",
         _dead_letters(o),
         f"<h3>Last {len(s.history)} checkpoints</h3>",
@@ -69,6 +70,14 @@ def _pipeline(o: PipelineOverview, ui_root: str) -> str:
     ]
     health = "stalled" if s.stopped else "ok"
     return f'<section class="{health}" data-pipeline="{escape(s.name)}">{"".join(parts)}</section>'
+
+
+def _backlog(backlog) -> str:
+    return _table(["sink", "records", "from checkpoint", "published through", "published", "held behind"],
+                  [[escape(b.sink), b.records, b.first_checkpoint, "" if b.published_through is None else
+                    b.published_through, escape(_when(b.published_at)),
+                    "" if b.held_behind is None else f"checkpoint {b.held_behind} (open, planned before)"]
+                   for b in backlog], "backlog")
 
 
 def _dead_letters(o: PipelineOverview) -> str:

@@ -156,7 +156,7 @@ def _type_problems(cur, config: PipelineConfig, sink: Sink, columns: list[Column
 def _written_types(config: PipelineConfig, sink: Sink) -> dict[str, str]:
     """The Spark types of the values a sink writes into its final columns, where known."""
     known = ddl.known_types(config)
-    if sink.mode != "aggregate":
+    if not sink.measures:
         return known
     folded = {"sum": ddl.summed, "min": str, "max": str}
     return {**{k: known[k] for k in sink.keys if k in known},

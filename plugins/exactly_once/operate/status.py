@@ -96,6 +96,18 @@ class Stall:
 
 
 @dataclass(frozen=True)
+class Backlog:
+    """A kafka sink's committed rows that Kafka does not have yet (exactly_once.publishing)."""
+
+    sink: str
+    records: int
+    first_checkpoint: int
+    published_through: int | None  # the last checkpoint published
+    published_at: datetime | None
+    held_behind: int | None  # the open checkpoint, planned before some of them, they wait for
+
+
+@dataclass(frozen=True)
 class PipelineStatus:
     name: str
     stalls: tuple[Stall, ...]
@@ -104,6 +116,7 @@ class PipelineStatus:
     open: tuple[CheckpointSummary, ...]
     gaps: tuple[Gap, ...]
     history: tuple[CheckpointSummary, ...]
+    backlog: tuple[Backlog, ...] = ()
 
     @property
     def stopped(self) -> bool:
@@ -136,11 +149,13 @@ def read_status(conn, kafka: KafkaOffsets | None, pipeline: str, history: int = 
         cur.execute(Q["stalled"], where)
         stalls = tuple(Stall(cp, run, tuple(OffsetRange(*r) for r in ranges), failed, since, error, at_commit)
                        for cp, run, ranges, failed, since, error, at_commit in cur.fetchall())
+        cur.execute(Q["outbox_backlog"], where)
+        backlog = tuple(Backlog(*row) for row in cur.fetchall())
     lag = () if kafka is None else tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None, None).last_stable)
                                          for t, p, end in ends)
     return PipelineStatus(pipeline, stalls, None if last is None else LastCommit(*last), lag,
                           _checkpoints(conn, pipeline, open_only=True, limit=None), gaps,
-                          _checkpoints(conn, pipeline, open_only=False, limit=history))
+                          _checkpoints(conn, pipeline, open_only=False, limit=history), backlog)
 
 
 def _checkpoints(conn, pipeline: str, open_only: bool, limit: int | None) -> tuple[CheckpointSummary, ...]:
@@ -202,6 +217,13 @@ def render_went_back(pipeline: str, lag: PartitionLag) -> str:
             "--to OFFSET --reason WHY`")
 
 
+def render_backlog(backlog: tuple[Backlog, ...]) -> str:
+    return "kafka sinks' records committed, not yet published:\n" + table(
+        ["sink", "records", "from checkpoint", "published through", "published", "held behind"],
+        [[b.sink, b.records, b.first_checkpoint, b.published_through, _when(b.published_at),
+          "" if b.held_behind is None else f"checkpoint {b.held_behind} (open, planned before)"] for b in backlog])
+
+
 def render(status: PipelineStatus) -> str:
     last = status.last_commit
     parts = [f"pipeline {status.name}" + (" — STALLED" if status.stopped else ""),
@@ -219,6 +241,7 @@ def render(status: PipelineStatus) -> str:
              *([table(["topic", "partition", "offsets", "checkpoint", "recorded"],
                       [[g.range.topic, g.range.partition, f"{g.range.start}..{g.range.end}", g.checkpoint_id,
                         _when(g.recorded_at)] for g in status.gaps])] if status.gaps else []),
+             *([render_backlog(status.backlog)] if status.backlog else []),
              f"checkpoint history (latest {len(status.history)}):",
              render_checkpoints(status.history)]
     return "\n".join(parts)

@@ -1,6 +1,6 @@
 """A pipeline DAG in a few lines: `checkpoint_tasks(config)` inside a DAG gives
 
-    begin_checkpoint ──▶ increment (one attempt of the Spark job) ──▶ commit
+    begin_checkpoint ──▶ increment (one attempt of the Spark job) ──▶ commit ──▶ publish (kafka sinks)
 
 Operators are thin: the work of each task is in `exactly_once.orchestration.tasks`, and what
 follows a task (skip, retry, fail without retry) is `exactly_once.orchestration.outcomes`'s
@@ -31,6 +31,7 @@ from exactly_once.orchestration.alerting import Alerts
 from exactly_once.orchestration.observed import observed
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin, after_error
 from exactly_once.problems import PreflightFailed
+from exactly_once.publishing.publisher import kafka_sinks
 from exactly_once.spark.runners import job_runner, job_settings
 
 
@@ -79,16 +80,17 @@ class IncrementOperator(BaseOperator):
             self.runner.on_kill()
 
     def get_openlineage_facets_on_complete(self, task_instance):
-        """The run's lineage (`exactly_once.orchestration.lineage`): the topics in; the sink tables and the
-        dead letters out."""
+        """The run's lineage (`exactly_once.orchestration.lineage`): the topics in; the sink tables, the
+        dead letters and the kafka sinks' topics out."""
         from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
 
         def datasets(names: list[lineage.DatasetName]) -> list[Dataset]:
             return [Dataset(namespace=n.namespace, name=n.name) for n in names]
 
-        return OperatorLineage(inputs=datasets(lineage.inputs(self.config, kafka_client().bootstrap_servers)),
-                               outputs=datasets(lineage.outputs(self.config, *pipeline_db_location())))
+        servers = kafka_client().bootstrap_servers
+        return OperatorLineage(inputs=datasets(lineage.inputs(self.config, servers)),
+                               outputs=datasets(lineage.outputs(self.config, *pipeline_db_location(), servers)))
 
 
 REPROCESS = "reprocess"  # the run parameter that makes a run whose checkpoint is committed replay it
@@ -110,7 +112,8 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
     begin that failed for a reason a retry may fix (a Kafka blip, a deadlock). The
     increment's tries must reach the pipeline's `stall_after`, or a failure that persists
     would end each run without stalling its checkpoint; a try that runs longer than
-    `increment_timeout` is stopped and counts as failed. `spark_conn_id`: the Spark
+    `increment_timeout` is stopped and counts as failed. A pipeline with kafka sinks publishes
+    its committed outbox after the commit, and its begin publishes what earlier runs left. `spark_conn_id`: the Spark
     connection its jobs run on (exactly_once.spark.runners). `alerts`: the notifier each
     task calls, once per event, when the pipeline stalls or its records wait too long
     (exactly_once.orchestration.alerting). Declares the DAG's `reprocess` parameter, so the
@@ -136,6 +139,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                                                reprocess=bool(context["params"].get(REPROCESS)),
                                                connect_as=defined_connector)
             overview.record_dag(connector(), config.name, context["dag"].dag_id)  # the view's links to runs
+            tasks.publish_outbox(ledger(config), kafka_client())  # what an earlier run left unpublished
         return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 
     @task(task_id="commit", retries=commit_retries, retry_delay=timedelta(seconds=5),
@@ -146,10 +150,18 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
             return tasks.commit_checkpoint(ledger(config), ti.xcom_pull(task_ids="begin_checkpoint"),
                                            ti.try_number).value
 
+    @task(task_id="publish", retries=commit_retries, retry_delay=timedelta(seconds=5),
+          retry_exponential_backoff=True)
+    def publish(**context) -> str:
+        with airflow_outcome(), observed(lambda: ledger(config), alerts, kafka_client, context):
+            return "; ".join(map(str, tasks.publish_outbox(ledger(config), kafka_client())))
+
     begun = begin_checkpoint()
     increment = IncrementOperator(task_id="increment", config=config, conn_id=spark_conn_id, alerts=alerts,
                                   retries=increment_retries, retry_delay=timedelta(seconds=30),
                                   retry_exponential_backoff=True, execution_timeout=increment_timeout)
-    begun >> increment >> commit()
+    committed = begun >> increment >> commit()
+    if kafka_sinks(config):
+        committed >> publish()
     if REPROCESS not in increment.dag.params:
         increment.dag.params[REPROCESS] = reprocess_param()

@@ -1,7 +1,8 @@
 """What a pipeline run reads and writes, named as OpenLineage names datasets (its naming
 spec): a Kafka topic is `kafka://{first bootstrap host:port}` / `{topic}`; a PostgreSQL table
 is `postgres://{host}:{port}` / `{database}.{schema}.{table}`. The outputs are the sinks' final
-tables and the ledger's dead letters, which the commit fills in the same transaction. Pure:
+tables and the ledger's dead letters, which the commit fills in the same transaction, and a
+kafka sink's topic, which its publisher fills from the commit's outbox. Pure:
 IncrementOperator turns these into its OpenLineage facets.
 """
 
@@ -19,12 +20,18 @@ class DatasetName:
     name: str
 
 
+def topic(name: str, bootstrap_servers: str) -> DatasetName:
+    return DatasetName(f"kafka://{bootstrap_servers.split(',')[0].strip()}", name)
+
+
 def inputs(config: PipelineConfig, bootstrap_servers: str) -> list[DatasetName]:
-    first = bootstrap_servers.split(",")[0].strip()
-    return [DatasetName(f"kafka://{first}", topic) for topic in config.source.topics]
+    return [topic(name, bootstrap_servers) for name in config.source.topics]
 
 
-def outputs(config: PipelineConfig, host: str, port: int, database: str) -> list[DatasetName]:
+def outputs(config: PipelineConfig, host: str, port: int, database: str, bootstrap_servers: str
+            ) -> list[DatasetName]:
     namespace = f"postgres://{host}:{port}"
-    tables = [".".join(sink.schema_and_table) for sink in config.sinks] + [f"{LEDGER_SCHEMA}.dead_letters"]
-    return [DatasetName(namespace, f"{database}.{table}") for table in tables]
+    tables = [".".join(sink.schema_and_table) for sink in config.sinks if sink.mode != "kafka"]
+    topics = [topic(sink.topic, bootstrap_servers) for sink in config.sinks if sink.mode == "kafka"]
+    return [DatasetName(namespace, f"{database}.{table}") for table in [*tables, f"{LEDGER_SCHEMA}.dead_letters"]] \
+        + topics

@@ -2,7 +2,7 @@
 checkpoint reprocessed from the command line with the configuration of a DAG file as
 deployed (or as last registered), through the run path of a pipeline run's tasks — begin
 the reprocessing, one attempt of the Spark job on the `spark_default` connection
-(exactly_once.spark.runners), commit — and what the commit replaced, per sink."""
+(exactly_once.spark.runners), commit, publish (kafka sinks) — and what the commit replaced, per sink."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def reprocess(configs: list[PipelineConfig], checkpoint_id: int) -> int:
         reprocessing = tasks.reprocess_checkpoint(ledger, checkpoint_id, requested_by).checkpoint.id
         tasks.run_increment(ledger, reprocessing, runner)
         tasks.commit_checkpoint(ledger, reprocessing, 1)
+        tasks.publish_outbox(ledger, connections.kafka_client())  # a kafka sink's new records
     except PipelineError as failed:
         print(f"checkpoint {checkpoint_id} not reprocessed: {failed}")
         return 1

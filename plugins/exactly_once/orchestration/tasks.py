@@ -1,6 +1,7 @@
 """The work of a pipeline run's three tasks, free of Airflow: the one run path.
 
     begin_checkpoint ──▶ run_increment (one attempt of the Spark job) ──▶ commit_checkpoint
+                                                          ──▶ publish_outbox (kafka sinks)
 
 `exactly_once.orchestration.checkpoint_tasks` wraps each in an Airflow task, and `exactly_once.orchestration.outcomes`
 says what follows each (skip, retry, fail). The tests drive the same functions: the
@@ -19,6 +20,7 @@ from datetime import datetime
 from exactly_once import faults
 from exactly_once.config import PipelineConfig
 from exactly_once.errors import AttemptFailed, JobFailure, PipelineError, is_retryable
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger import replays
 from exactly_once.ledger.checkpoints import Begun, Outcome, State
 from exactly_once.ledger.holders import holders
@@ -31,6 +33,7 @@ from exactly_once.ledger.refusals import Fenced, NotRunnable, Stalled
 from exactly_once.ledger.versions import config_version
 from exactly_once.operate import preflight, privileges
 from exactly_once.operate.privileges import ConnectAs
+from exactly_once.publishing.publisher import Published, Publisher
 from exactly_once.spark.report import AttemptReport
 from exactly_once.spark.settings import private_file
 
@@ -179,6 +182,15 @@ def failure_record(failure: BaseException) -> tuple[str, bool]:
     if isinstance(failure, PipelineError):
         return f"{type(failure).__name__}: {failure}", is_retryable(failure)
     return f"Spark job failed: {failure}", True
+
+
+def publish_outbox(ledger: Ledger, client: KafkaClient) -> list[Published]:
+    """What the pipeline's kafka sinks committed and Kafka does not have yet, published
+    (exactly_once.publishing); nothing for a pipeline without kafka sinks."""
+    published = Publisher(ledger.config, ledger.connect, client).publish()
+    for sink in published:
+        log.info("pipeline %s: %s", ledger.config.name, sink)
+    return published
 
 
 def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int) -> Outcome:

@@ -33,13 +33,15 @@ if TYPE_CHECKING:
 class SinkTables:
     """A sink's tables as its statements name them, and the final table's columns in table order;
     whether its pipeline's tombstones delete (`source.tombstones`), which only an upsert sink
-    ordered by offset reads: a merge that keeps deleted keys deleted costs more."""
+    ordered by offset reads: a merge that keeps deleted keys deleted costs more; its pipeline's
+    name, which a kafka sink's outbox rows carry."""
 
     final: sql.Identifier
     staging: sql.Identifier
     contributions: sql.Identifier
     columns: Sequence[str]
     deletes: bool = False
+    pipeline: str | None = None
 
 
 class SinkMode(Protocol):
