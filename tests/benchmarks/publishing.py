@@ -119,7 +119,8 @@ def main() -> None:
         median = statistics.median(took)
         print(f"| {kind} | {median:.2f} ({', '.join(f'{t:.2f}' for t in took)}) | {args.rows / median:,.0f} |")
     ratios = [p / a for p, a in zip(runs["publisher"], runs["producer alone"])]
-    print(f"\npublisher / producer alone: **{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)})")
+    each = ", ".join(f"{r:.2f}" for r in ratios)
+    print(f"\npublisher / producer alone: **{statistics.median(ratios):.2f}** ({each})")
 
 
 if __name__ == "__main__":
