@@ -99,7 +99,7 @@ class Publisher:
                     _abort(producer)  # readers of the topic wait no longer on it
                     raise
                 faults.point("publish.after_commit")
-                self._record(writer, sink, at, prune=False)  # once, at the end: rows past `at` are not read
+                self._record(writer, sink, at, prune=False)  # pruned once, at the end: this cursor reads on
                 records, transactions = records + len(rows), transactions + 1
             if transactions:
                 self._record(writer, sink, at, prune=True)
