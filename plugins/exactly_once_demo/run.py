@@ -49,7 +49,7 @@ def run_checkpoint(number: int, interval_end: datetime, logs: Path) -> None:
     for line in said:  # what begin_checkpoint and commit printed, without the log's prefix and suffix
         print("    " + re.split(r"\s+\[[\w.]+\]\s", line[line.index("checkpoint "):])[0].split("  ")[0])
     for line in lines:  # what the publish task published
-        if "Kafka transactions" in line and "sink " in line:
+        if "Kafka transactions" in line and "sink " in line and "Returned value" not in line:
             print("    " + re.split(r"\s+\[[\w.]+\]\s", line[line.index("sink "):])[0].split("  ")[0])
     print(f"    DAG run succeeded in {time.monotonic() - started:.0f} s", flush=True)
 
