@@ -3,7 +3,7 @@
 # own files only: Debian packages (PostgreSQL server, JDK, Maven, spin), the Python
 # environment from requirements-test.lock (the runtime lock plus the test
 # packages), the Kafka broker and Spark connector jars and the schema registry
-# (Apicurio Registry) from Maven Central.
+# (Apicurio Registry) from Maven Central, and the project's staging writer (jvm/).
 # Idempotent: each step is skipped while the stamp of its inputs is unchanged, so
 # a warm run takes about a second.
 set -euo pipefail
@@ -75,6 +75,18 @@ maven_jars() {
   stamp "jars-$name" "$pom"
 }
 
+# copy_writer: the staging writer every Spark job gets (jvm/: a Spark data source over
+# PostgreSQL's COPY), built with Maven beside the connector jars of poms/spark.xml.
+copy_writer() {
+  local jar="$LOCAL/jars/spark/exactly-once-copy.jar"
+  local sources=("$ROOT/jvm/pom.xml" $(find "$ROOT/jvm/src" -type f | sort))
+  up_to_date copy-writer "${sources[@]}" && [[ -f "$jar" ]] && return
+  log "building the COPY staging writer (jvm/)"
+  mvn -q -B -f "$ROOT/jvm/pom.xml" package 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >&2
+  cp "$ROOT/jvm/target/exactly-once-copy-1.jar" "$jar"
+  stamp copy-writer "${sources[@]}"
+}
+
 # schema_registry_app: Apicurio Registry's Quarkus app (its runner jar and lib/), from the
 # tarball on Maven Central, into .local/jars/schema-registry. Its parent POM is not on Central:
 # a project POM cannot depend on it, and dependency plugin 3.x refuses it too ("Failed to read
@@ -101,4 +113,5 @@ apt_install
 python_env
 maven_jars kafka
 maven_jars spark
+copy_writer
 schema_registry_app

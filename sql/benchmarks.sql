@@ -40,8 +40,9 @@ CREATE TABLE {schema}.dead_letters (
     PRIMARY KEY (pipeline, topic, partition, "offset"));
 
 -- name: copy_out
--- One checkpoint's staging rows of one table, as the file the COPY limit loads.
-COPY (SELECT * FROM {staging} WHERE checkpoint_id = {checkpoint_id}) TO STDOUT;
+-- One checkpoint's staging rows of one table, as the file the COPY limit loads (binary: no
+-- parsing on the way in, the fastest COPY there is).
+COPY (SELECT * FROM {staging} WHERE checkpoint_id = {checkpoint_id}) TO STDOUT (FORMAT binary);
 
 -- name: create_bare_like
 -- A table with a staging table's columns and no index: what the bare COPY loads.
@@ -52,7 +53,7 @@ CREATE TABLE {table} (LIKE {staging});
 CREATE TABLE {table} (LIKE {staging} INCLUDING INDEXES);
 
 -- name: copy_in
-COPY {table} FROM STDIN;
+COPY {table} FROM STDIN (FORMAT binary);
 
 -- name: create_like_final
 -- A table like a final table, its unique indexes included: what INSERT … SELECT fills.

@@ -57,12 +57,13 @@ def is_retryable(error: BaseException) -> bool:
 
 
 # pgjdbc's batch errors carry the failed statement with its bound values, PostgreSQL's
-# details the failing row or key: record values, which an error text kept in the ledger,
-# a log or the view must not carry.
+# details the failing row or key, a COPY's context the refused line or value: record
+# values, which an error text kept in the ledger, a log or the view must not carry.
 _VALUES = ((re.compile(r"Batch entry (\d+) .*? was aborted", re.S), r"Batch entry \1 (statement not shown) was aborted"),
            (re.compile(r"Failing row contains \(.*?\)(?=\.?\s|\.?$)", re.S), "Failing row contains (values not shown)"),
            (re.compile(r"Key \((.*?)\)=\(.*?\)(?= already exists| is not present| conflicts)", re.S),
-            r"Key (\1)=(values not shown)"))
+            r"Key (\1)=(values not shown)"),
+           (re.compile(r'(COPY [\w.]+, line \d+(?:, column [^:\n]+)?): "[^\n]*'), r"\1: (values not shown)"))
 MAX_ERROR_TEXT = 2000  # characters of an error text kept: a Spark stack trace can run to megabytes
 
 

@@ -6,16 +6,14 @@ executor, a permission) is not: record isolation (exactly_once.spark.isolation) 
 bisect over an outage, and a commit (exactly_once.ledger.promotion) must not send a
 checkpoint back for one. The SQLSTATE is read from the error of whatever ran the
 statement: psycopg2's, the JVM's through py4j (local, spark-submit), or what a Spark
-Connect server sends (exactly_once.connect_errors), for which a refused JDBC batch is
-asked of the database again.
+Connect server sends (exactly_once.connect_errors), where the COPY staging writer states it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
-from exactly_once.connect_errors import refused_insert, stated_sqlstate
+from exactly_once.connect_errors import copy_refusal, stated_sqlstate
 
 RECORD_SQLSTATE_CLASSES = ("22", "23", "38", "P0", "54000")  # 54000: a key too large for its index
 # Python errors of the environment, not of a record, though a UDF raised them (class 38).
@@ -26,8 +24,6 @@ ENVIRONMENT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "MemoryErr
 ENVIRONMENT_SPARK_ERRORS = ("[KAFKA_DATA_LOSS",)
 # Beyond these, the cause is not in a few records (a wrong table, a transform failing on
 # every record): the attempt fails naming the first ones, and the checkpoint stalls.
-# The database's error for a statement run again (and rolled back), or None if it passes now.
-Ask = Callable[[str], "BaseException | None"]
 
 
 class DatabaseRefusal(Exception):
@@ -39,11 +35,9 @@ class DatabaseRefusal(Exception):
         self.pgcode, self.message = pgcode, message
 
 
-def record_failure(error: BaseException, ask: Ask | None = None) -> tuple[str, str] | None:
-    """(SQLSTATE, message) of an error a record can cause; None for any other error. `ask`
-    runs on the database the statement of a JDBC batch a Spark Connect error says was
-    refused; without it, such an error is no record's."""
-    state, message = _sqlstate(error, ask)
+def record_failure(error: BaseException) -> tuple[str, str] | None:
+    """(SQLSTATE, message) of an error a record can cause; None for any other error."""
+    state, message = _sqlstate(error)
     if state is None or not state.startswith(RECORD_SQLSTATE_CLASSES):
         return None
     return state, message
@@ -54,7 +48,7 @@ def raised_by_user_code(state: str) -> bool:
     return state.startswith("38")
 
 
-def _sqlstate(error: BaseException, ask: Ask | None = None) -> tuple[str | None, str]:
+def _sqlstate(error: BaseException) -> tuple[str | None, str]:
     if isinstance(error, DatabaseRefusal):
         return error.pgcode, error.message
     diag = getattr(error, "diag", None)  # psycopg2
@@ -67,10 +61,9 @@ def _sqlstate(error: BaseException, ask: Ask | None = None) -> tuple[str | None,
             server = _call(java, "getNextException") or java  # a batch's own error is its next exception
             return state, _server_message(str(_call(server, "getMessage") or ""))
         java = _call(java, "getCause")
-    statement = refused_insert(str(error)) if ask is not None else None
-    if statement is not None:  # Spark Connect: pgjdbc's SQLSTATE stayed on the executor
-        answer = ask(statement)
-        return _sqlstate(answer) if answer is not None else (None, str(error))
+    refused = copy_refusal(str(error))
+    if refused is not None:  # Spark Connect: pgjdbc's exception stayed on the executor
+        return refused
     # pyspark's exceptions (the transform, Spark SQL); Connect's PythonException keeps its
     # SQLSTATE only at the end of its message
     text, stated = stated_sqlstate(str(error))

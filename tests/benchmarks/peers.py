@@ -3,19 +3,22 @@ same records as a checkpoint, each writing its timing to a JSON report.
 
     spark-submit tests/benchmarks/peers.py kafka-read RANGES --report FILE
     spark-submit tests/benchmarks/peers.py at-least-once RANGES --pipeline P --topic T --schema S --report FILE
-    spark-submit tests/benchmarks/peers.py streaming RANGES --pipeline P --topic T --schema S \
+    spark-submit tests/benchmarks/peers.py streaming|streaming-copy RANGES --pipeline P --topic T --schema S \
         --checkpoint-dir DIR --report FILE
 
 RANGES is the checkpoint's ranges as JSON, [[topic, partition, start, end], …].
 
 - kafka-read: the ranges through Spark's Kafka source into the `noop` sink: the read's floor.
 - at-least-once: the increment job without the protocol: the same parse, transform and
-  sink preparation (exactly_once.spark.increment), written straight into the final tables of the
-  demo pipeline's copy in schema S, and bad records into S.dead_letters. No ledger, no
-  staging, no counts, no pre-commit or commit: a rerun would count records twice.
+  sink preparation (exactly_once.spark.increment), written with the same COPY writer straight
+  into the final tables of the demo pipeline's copy in schema S, and bad records into
+  S.dead_letters. No ledger, no staging, no counts, no pre-commit or commit: a rerun would
+  count records twice.
 - streaming: Structured Streaming, Trigger.AvailableNow + foreachBatch from the ranges'
-  start offsets (all the topic holds), writing the same final tables the same way: what
-  a user would otherwise pick.
+  start offsets (all the topic holds), writing the same final tables with Spark's JDBC
+  writer: what a user would otherwise pick.
+- streaming-copy: the same with the COPY writer, so that the comparison measures the
+  protocol, not the writer.
 """
 
 from __future__ import annotations
@@ -25,13 +28,16 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import psycopg2
+from psycopg2 import sql
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from exactly_once.catalog import ColumnType
+from exactly_once.catalog import ColumnType, column_types
 from exactly_once.config import PipelineConfig
 from exactly_once.db import jdbc_options
 from exactly_once.kafka_client import KafkaClient
@@ -41,14 +47,28 @@ from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.tables import DEAD_LETTERS
 from exactly_once.spark.frames import attempt_frames, parse
 from exactly_once.spark.increment import KAFKA_COLUMNS, kafka_source_options, read_ranges
-from exactly_once.spark.staging import write_jdbc
+from exactly_once.spark.staging import write_copy
 from exactly_once_demo.pipeline import config as demo_config
 
 
+Writer = Callable[[DataFrame, str, list[ColumnType]], None]  # appends a frame to a table of these columns
+
+
+def write_jdbc(frame: DataFrame, table: str, columns: list[ColumnType]) -> None:
+    """Spark's JDBC writer, as users configure it: batches of 10,000 rewritten into multi-row INSERTs."""
+    frame.write.format("jdbc").options(**jdbc_options(os.environ["PIPELINE_DB_URL"])).option("dbtable", table) \
+        .option("batchsize", 10_000).mode("append").save()
+
+
+def write_with_copy(frame: DataFrame, table: str, columns: list[ColumnType]) -> None:
+    """The increment job's COPY writer (exactly_once.spark.staging)."""
+    write_copy(frame, table, jdbc_options(os.environ["PIPELINE_DB_URL"]), {c.name: c.base for c in columns})
+
+
 def write_final(records: DataFrame, config: PipelineConfig, schema: str,
-                columns: dict[str, list[ColumnType]]) -> None:
+                columns: dict[str, list[ColumnType]], write: Writer) -> None:
     """Parses the records once (cached, as the increment job does), checks them as it does,
-    and writes every sink's rows into its final table."""
+    and writes every sink's rows into its final table; `columns` has the dead letters' too."""
     parsed = parse(records, config).persist(StorageLevel.MEMORY_AND_DISK)
     frames = attempt_frames(parsed, config, columns)
     try:
@@ -56,7 +76,7 @@ def write_final(records: DataFrame, config: PipelineConfig, schema: str,
             table = f"{schema}.dead_letters" if name == DEAD_LETTERS else config.sink(name).table
             # An upsert sink's rows carry staging's tombstone mark, which no final table has
             # (the demo has no tombstones: it is always false).
-            write_jdbc(frame.drop(KAFKA_TOMBSTONE), table, jdbc_options(os.environ["PIPELINE_DB_URL"]))
+            write(frame.drop(KAFKA_TOMBSTONE), table, columns[name])
     finally:
         frames.refused.unpersist()
         parsed.unpersist()
@@ -64,7 +84,7 @@ def write_final(records: DataFrame, config: PipelineConfig, schema: str,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("peer", choices=["kafka-read", "at-least-once", "streaming"])
+    parser.add_argument("peer", choices=["kafka-read", "at-least-once", "streaming", "streaming-copy"])
     parser.add_argument("ranges", type=lambda text: tuple(OffsetRange(*r) for r in json.loads(text)))
     parser.add_argument("--pipeline", help="the pipeline name the dead letters carry")
     parser.add_argument("--topic")
@@ -81,17 +101,20 @@ def main() -> int:
             config = demo_config(args.pipeline, args.topic, args.schema)
             # the catalog only: no ledger rows
             columns = Ledger(config, lambda: psycopg2.connect(os.environ["PIPELINE_DB_URL"])).final_columns()
+            with closing(psycopg2.connect(os.environ["PIPELINE_DB_URL"])) as conn, conn.cursor() as cur:
+                columns[DEAD_LETTERS] = column_types(cur, sql.Identifier(args.schema, "dead_letters"))
+            write = write_jdbc if args.peer == "streaming" else write_with_copy
         started = time.perf_counter()
         if args.peer == "kafka-read":
             read_ranges(spark, servers, args.ranges).write.format("noop").mode("overwrite").save()
         elif args.peer == "at-least-once":
-            write_final(read_ranges(spark, servers, args.ranges), config, args.schema, columns)
+            write_final(read_ranges(spark, servers, args.ranges), config, args.schema, columns, write)
         else:
             batches = []
 
             def each_batch(batch: DataFrame, batch_id: int) -> None:
                 batches.append(batch_id)
-                write_final(batch, config, args.schema, columns)
+                write_final(batch, config, args.schema, columns, write)
 
             options = kafka_source_options(servers, args.ranges)
             del options["endingOffsets"]  # a stream has no end: AvailableNow stops at what is there

@@ -7,12 +7,14 @@ that no job always runs first on a cold machine; the PostgreSQL limits follow th
 - the checkpoint as the pipeline's tasks run it (`exactly_once.orchestration.tasks`): plan, a new attempt,
   `spark-submit jobs/increment.py` (its phases from the job's report, its driver's peak
   memory), commit (the transaction, then the staging clean-up after it);
-- limits, on the PostgreSQL server: `COPY` of the checkpoint's staged rows from files into
+- limits, on the PostgreSQL server: binary `COPY` of the checkpoint's staged rows from files into
   bare tables (no index) and into tables like staging (its index), and a bare
   `INSERT … SELECT` of every sink's rows from the bare copies into tables with the final
   tables' indexes; Spark's Kafka read of the ranges into the noop sink;
-- peers (tests/benchmarks/peers.py): an at-least-once job and Structured Streaming,
-  each writing final tables of its own, which must equal the checkpoint's, row for row.
+- peers (tests/benchmarks/peers.py): an at-least-once job (with the same COPY writer) and
+  Structured Streaming, once with Spark's JDBC writer (as users write it) and once with the
+  COPY writer, each writing final tables of its own, which must equal the checkpoint's, row
+  for row.
 
 The pipelines are copies of the demo (tests/benchmarks/copies.py).
 """
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import psycopg2
@@ -52,8 +55,9 @@ from tests.benchmarks.spark_app import SparkRun, increment_job, submit
 JOB = ROOT / "jobs" / "increment.py"
 PEERS = Path(__file__).with_name("peers.py")
 PER_TRANSACTION = 50_000  # orders per Kafka transaction (every 7th aborted, as in the demo)
-VARIANTS = ("eo", "alo", "ss")  # exactly-once, at-least-once, Structured Streaming: a schema of final tables each
-JOBS = ("exactly-once", "at-least-once", "streaming", "kafka-read")  # what a repetition runs, rotated
+# exactly-once, at-least-once, Structured Streaming (JDBC, COPY): a schema of final tables each
+VARIANTS = ("eo", "alo", "ss", "ssc")
+JOBS = ("exactly-once", "at-least-once", "streaming", "streaming-copy", "kafka-read")  # a repetition's, rotated
 EVERY_ROW = sql.SQL("true")
 
 
@@ -73,6 +77,7 @@ class Repetition:
     kafka_read: SparkRun
     at_least_once: SparkRun
     streaming: SparkRun
+    streaming_copy: SparkRun
 
     @property
     def end_to_end(self) -> float:
@@ -140,13 +145,13 @@ class Bench:
     def remove(self) -> None:
         """Everything of this pipeline but its topic, logs and reports."""
         copies.forget(self.db_url, self.config, [*self.schemas.values(), self.limits_schema])
-        for staged in self.folder.glob("staged-*.tsv"):
+        for staged in self.folder.glob("staged-*.copy"):
             staged.unlink()
-        shutil.rmtree(self.streaming_checkpoint, ignore_errors=True)
+        for peer in ("streaming", "streaming-copy"):
+            shutil.rmtree(self.streaming_checkpoint(peer), ignore_errors=True)
 
-    @property
-    def streaming_checkpoint(self) -> Path:
-        return self.folder / "streaming-checkpoint"
+    def streaming_checkpoint(self, peer: str) -> Path:
+        return self.folder / f"{peer}-checkpoint"
 
     def prepare(self) -> None:
         self.remove()
@@ -172,9 +177,8 @@ class Bench:
             "kafka-read": lambda: submit(PEERS, ["kafka-read", ranges], self.folder / "kafka-read.log"),
             "at-least-once": lambda: submit(PEERS, ["at-least-once", ranges, *peer, "--schema", self.schemas["alo"]],
                                             self.folder / "at-least-once.log"),
-            "streaming": lambda: submit(PEERS, ["streaming", ranges, *peer, "--schema", self.schemas["ss"],
-                                                "--checkpoint-dir", str(self.streaming_checkpoint)],
-                                        self.folder / "streaming.log"),
+            **{name: partial(self.streaming, name, ranges, self.schemas[variant])
+               for name, variant in (("streaming", "ss"), ("streaming-copy", "ssc"))},
         }
         done = {name: runs[name]() for name in rotated(self.repetition)}
         self.check_peers_equal()
@@ -182,7 +186,11 @@ class Bench:
         copy_bare, copy_like_staging, insert_select = self.postgres_limits(staged)
         return Repetition(job.report["records"], plan.seconds, start_attempt, pre_commit, job, commit, clean_up,
                           sum(staged.values()), copy_bare, copy_like_staging, insert_select, done["kafka-read"],
-                          done["at-least-once"], done["streaming"])
+                          done["at-least-once"], done["streaming"], done["streaming-copy"])
+
+    def streaming(self, peer: str, ranges: str, schema: str) -> SparkRun:
+        return submit(PEERS, [peer, ranges, "--pipeline", self.name, "--topic", self.topic, "--schema", schema,
+                              "--checkpoint-dir", str(self.streaming_checkpoint(peer))], self.folder / f"{peer}.log")
 
     def checkpoint(self, checkpoint_id: int) -> tuple[SparkRun, float, float, float, float, dict[str, int]]:
         """The checkpoint's increment and commit: (its job, the time around the job but the
@@ -215,7 +223,7 @@ class Bench:
         rows = {}
         with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur:
             for name, table in staging_tables(self.config).items():
-                with (self.folder / f"staged-{name}.tsv").open("w") as out:
+                with (self.folder / f"staged-{name}.copy").open("wb") as out:
                     cur.copy_expert(sql.SQL(Q["copy_out"]).format(
                         staging=table, checkpoint_id=sql.Literal(checkpoint_id)).as_string(cur), out)
                 rows[name] = cur.rowcount
@@ -233,7 +241,7 @@ class Bench:
                 table = sql.Identifier(self.limits_schema, f"{shape}_{name.strip('_')}")
                 self.execute(Q[create], table=table, staging=staging)
                 with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur, \
-                        (self.folder / f"staged-{name}.tsv").open() as source, Stopwatch() as loaded:
+                        (self.folder / f"staged-{name}.copy").open("rb") as source, Stopwatch() as loaded:
                     cur.copy_expert(sql.SQL(Q["copy_in"]).format(table=table).as_string(cur), source)
                     conn.commit()
                 seconds[shape] += loaded.seconds
@@ -262,7 +270,7 @@ class Bench:
             if len(set(digests.values())) != 1:
                 differ.append(f"{sink.name}: {digests}")
         dead = ["pipeline", "topic", "partition", "offset", "key", "value", "reason"]
-        digests = {v: self.digest(sql.Identifier(self.schemas[v], "dead_letters"), dead) for v in ("alo", "ss")}
+        digests = {v: self.digest(sql.Identifier(self.schemas[v], "dead_letters"), dead) for v in VARIANTS[1:]}
         digests["eo"] = self.digest(sql.Identifier("exactly_once", "dead_letters"), dead,
                                     sql.SQL("pipeline = {}").format(sql.Literal(self.name)))
         if len(set(digests.values())) != 1:

@@ -3,15 +3,14 @@ with the increment job run as the Airflow task runs it on a `spark_connect` conn
 (exactly_once.spark.runners: the task a client of a Spark Connect server, the code shipped as
 an artifact), each become the one dead letter they become on local[2], with the same
 reason, and the rest commit exactly once. A Connect client's errors carry no py4j
-`java_exception`: isolation reads only what the server sends. Failures no record causes
-are still not narrowed."""
+`java_exception`: isolation reads only what the server sends, where the COPY staging writer
+states PostgreSQL's SQLSTATE. Failures no record causes are still not narrowed."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from contextlib import closing
-from functools import partial
 
 import psycopg2
 import pytest
@@ -23,7 +22,7 @@ from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import State
 from exactly_once.spark.runners import ConnectRunner, job_runner
 from exactly_once.spark.settings import JobSettings
-from exactly_once.spark.staging import ask_again
+from exactly_once.spark.staging import write_staging
 from exactly_once.sqlstates import record_failure
 from tests.job_role import job_db_url
 from tests.spark.conftest import CONNECTION
@@ -64,7 +63,7 @@ def session(connect_server):
     created.stop()
 
 
-def test_failures_no_record_causes_are_not_record_failures_over_connect(session, orders, ledger_db):
+def test_failures_no_record_causes_are_not_record_failures_over_connect(session, ledger_db):
     def raises_connection_error(order_id):  # nested: pickled with its code, not imported by the server
         raise ConnectionError(f"lost the price service while pricing {order_id}")
 
@@ -77,13 +76,13 @@ def test_failures_no_record_causes_are_not_record_failures_over_connect(session,
     with closing(psycopg2.connect(ledger_db)) as conn, conn, conn.cursor() as cur:
         cur.execute(f"""
             CREATE SCHEMA {schema};
-            CREATE TABLE {schema}.refusing (n int CHECK (n > 0));
-            CREATE TABLE {schema}.busy (n int);
+            CREATE TABLE {schema}.refusing (n int CHECK (n > 0), checkpoint_id bigint, attempt int);
+            CREATE TABLE {schema}.busy (n int, checkpoint_id bigint, attempt int);
             CREATE FUNCTION {schema}.busy() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END $$;
             CREATE TRIGGER busy BEFORE INSERT ON {schema}.busy FOR EACH ROW EXECUTE FUNCTION {schema}.busy();
             CREATE SEQUENCE {schema}.tries;
-            CREATE TABLE {schema}.once (n int);
+            CREATE TABLE {schema}.once (n int, checkpoint_id bigint, attempt int);
             CREATE FUNCTION {schema}.once() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
                 IF nextval('{schema}.tries') = 1 THEN  -- a sequence is not rolled back: only the first try fails
@@ -96,12 +95,15 @@ def test_failures_no_record_causes_are_not_record_failures_over_connect(session,
 
     def failure_writing_to(table: str):
         with pytest.raises(Exception) as refused:
-            session.createDataFrame([(-1,)], "n int").write.format("jdbc").options(**jdbc_options(ledger_db)) \
-                .option("dbtable", f"{schema}.{table}").mode("append").save()
-        assert "org.postgresql.util.PSQLException" in str(refused.value)
-        return record_failure(refused.value, partial(ask_again, orders.ledger))
+            write_staging(session.createDataFrame([(-1,)], "n int"), f"{schema}.{table}", jdbc_options(ledger_db),
+                          {"n": "int4", "checkpoint_id": "int8", "attempt": "int4"}, checkpoint_id=1, attempt=1)
+        assert "PostgreSQL refused COPY" in str(refused.value)
+        assert not hasattr(refused.value, "java_exception")  # only what the server sent
+        return record_failure(refused.value)
 
     assert failure_writing_to("refusing") == \
         ("23514", 'new row for relation "refusing" violates check constraint "refusing_n_check"')
     assert failure_writing_to("busy") is None  # PostgreSQL refuses, but with a SQLSTATE of no record's (40001)
-    assert failure_writing_to("once") is None  # not refused when asked again: not the record's doing
+    # A record's SQLSTATE, as on local Spark: isolation then finds no record that fails on its own
+    # and says so (tests/spark/test_isolation.py).
+    assert failure_writing_to("once") == ("23514", "refused once")

@@ -15,7 +15,6 @@ from exactly_once.ledger.refusals import PromotionRefused
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_error
 from exactly_once.spark.increment import offsets_per_task
-from exactly_once.spark.staging import rows_per_batch
 from tests.spark.poison import TRANSFORM, Orders, order, valid_orders
 
 NUL = "\u0000"
@@ -121,10 +120,8 @@ def test_a_record_larger_than_max_record_bytes_is_a_dead_letter_before_it_is_par
         [f"record of {len(large) + 1} bytes (key and value) is larger than max_record_bytes 300"]
 
 
-def test_tasks_and_batches_hold_fewer_records_when_records_may_be_large():
+def test_tasks_hold_fewer_records_when_records_may_be_large():
     assert offsets_per_task(None) == 250_000
     assert offsets_per_task(1024) == 250_000
     assert offsets_per_task(2**20) == 256  # 256 MiB a task at most
     assert offsets_per_task(2**30) == 1
-    assert (rows_per_batch(None), rows_per_batch(1024)) == (10_000, 10_000)
-    assert rows_per_batch(2**20) == 64  # 64 MiB a batch at most

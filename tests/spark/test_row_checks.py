@@ -1,6 +1,8 @@
 """Row checks against their oracle, PostgreSQL itself: every row, with one value on either
 side of a column's limit, is refused by an INSERT into a real table if and only if the checks
-give it a reason, and the reason names the sink and that column."""
+give it a reason, and the reason names the sink and that column. The COPY staging writer
+(jvm/) stores every row the INSERT stores, value for value, and refuses, with a record's
+SQLSTATE, every row the INSERT refuses: what the checks judge is what it writes."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from psycopg2 import sql
 from pyspark.sql import functions as F
 
 from exactly_once.catalog import ColumnType, column_types
+from exactly_once.db import jdbc_options
 from exactly_once.spark.row_checks import first_refusal, refusals
+from exactly_once.spark.staging import write_staging
+from exactly_once.sqlstates import record_failure
 
 SINK = "orders"
 # Spark field, its type, the final table's column (name as the field), what Spark's JDBC writer
@@ -149,12 +154,36 @@ def test_column_types(table):
     assert column_types(cur, sql.Identifier(schema, "missing")) == []
 
 
-def test_reasons_match_postgresql(table, spark):
-    cur, final = table
+def typed_cases(spark):
+    """The valid row (case 0) and each case's, typed as COLUMNS say."""
     rows = [(0, *VALID.values())] + [(case, *{**VALID, column: value}.values())
                                      for case, (column, value, _, _) in enumerate(CASES, 1)]
     texts = spark.createDataFrame(rows, "case int, " + ", ".join(f"{name} string" for name in VALID))
-    frame = texts.select("case", *(F.col(name).cast(kind).alias(name) for name, kind, _, _ in COLUMNS))
+    return texts.select("case", *(F.col(name).cast(kind).alias(name) for name, kind, _, _ in COLUMNS))
+
+
+def inserted(cur, table: sql.Identifier, row) -> str | None:
+    """Inserts a row of typed_cases as Spark's JDBC writer sends its values; PostgreSQL's
+    error if it refuses it (the transaction goes on, without the row)."""
+    insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        table, sql.SQL(", ").join(sql.Identifier(name) for name in ("case", *(name for name, *_ in COLUMNS))),
+        sql.SQL(", ").join([sql.SQL("%s"), *(sql.SQL(placeholder) for *_, placeholder in COLUMNS)]))
+    params = [row[0]] + [value.encode() if kind == "string" and value is not None
+                         else postgresql_datetime(value) if kind in DATETIMES and value is not None else value
+                         for (_, kind, _, _), value in zip(COLUMNS, row[1:])]
+    cur.execute("SAVEPOINT row")
+    try:
+        cur.execute(insert, params)
+    except psycopg2.Error as e:
+        cur.execute("ROLLBACK TO SAVEPOINT row")
+        return e.pgerror
+    cur.execute("RELEASE SAVEPOINT row")
+    return None
+
+
+def test_reasons_match_postgresql(table, spark):
+    cur, final = table
+    frame = typed_cases(spark)
     reason = first_refusal(refusals(SINK, column_types(cur, final), frame.schema))
     # Datetimes as text: Python's cannot hold most of these years.
     sent = [F.col(name).cast("string") if kind in DATETIMES else F.col(name) for name, kind, _, _ in COLUMNS]
@@ -162,21 +191,9 @@ def test_reasons_match_postgresql(table, spark):
 
     # Timestamps are shown, and read, in Spark's session time zone.
     cur.execute("SET TIME ZONE %s", (spark.conf.get("spark.sql.session.timeZone"),))
-    insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-        final, sql.SQL(", ").join(sql.Identifier(name) for name, *_ in COLUMNS),
-        sql.SQL(", ").join(sql.SQL(placeholder) for *_, placeholder in COLUMNS))
+    cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN \"case\" int").format(final))
     for case, reason, none, *values in sorted(results, key=lambda row: row.case):
-        params = [value.encode() if kind == "string" and value is not None
-                  else postgresql_datetime(value) if kind in DATETIMES and value is not None else value
-                  for (_, kind, _, _), value in zip(COLUMNS, values)]
-        cur.execute("SAVEPOINT row")
-        try:
-            cur.execute(insert, params)
-            refused_by = None
-        except psycopg2.Error as e:
-            refused_by = e.pgerror
-        cur.execute("ROLLBACK TO SAVEPOINT row")
-
+        refused_by = inserted(cur, final, (case, *values))
         column, value, refused, exact = CASES[case - 1] if case else ("", None, False, None)
         where = f"case {case}: {column} = {value!r}: reason {reason!r}, PostgreSQL: {refused_by!r}"
         assert none is None
@@ -186,3 +203,57 @@ def test_reasons_match_postgresql(table, spark):
             assert reason.startswith(f"sink {SINK}: column {column}: "), where
         if exact is not None:
             assert reason == f"sink {SINK}: column {column}: {exact}", where
+
+
+@pytest.fixture
+def tables(ledger_db):
+    """Two tables with the columns of COLUMNS: one the COPY writer writes (as a staging table,
+    tagged), one the INSERTs of the JDBC writer's values; in a committed schema (the writer's
+    tasks connect on their own), dropped at the end."""
+    schema = f"copy_{uuid.uuid4().hex[:8]}"
+    definitions = ", ".join(f"{name} {kind}" for name, _, kind, _ in COLUMNS).format(schema=schema)
+    with closing(psycopg2.connect(ledger_db)) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE SCHEMA {schema}; CREATE DOMAIN {schema}.code AS varchar(4) NOT NULL")
+        for name in ("copied", "inserted"):
+            cur.execute(f"CREATE TABLE {schema}.{name} (\"case\" int, {definitions}, checkpoint_id bigint, attempt int)")
+        conn.commit()
+        try:
+            yield cur, schema
+        finally:
+            conn.rollback()
+            cur.execute(f"DROP SCHEMA {schema} CASCADE")
+            conn.commit()
+
+
+def stored_text(cur, table: sql.Identifier) -> list[tuple]:
+    """Each row's values as PostgreSQL shows them, by case."""
+    cur.execute(sql.SQL('SELECT "case", {} FROM {} ORDER BY "case"').format(
+        sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(name)) for name, *_ in COLUMNS), table))
+    return cur.fetchall()
+
+
+def test_the_copy_writer_stores_what_the_insert_stores_and_refuses_what_it_refuses(tables, spark, ledger_db):
+    cur, schema = tables
+    copied, by_insert = sql.Identifier(schema, "copied"), sql.Identifier(schema, "inserted")
+    targets = {c.name: c.base for c in column_types(cur, copied)}
+    frame = typed_cases(spark)
+    sent = [F.col(name).cast("string") if kind in DATETIMES else F.col(name) for name, kind, _, _ in COLUMNS]
+    cur.execute("SET TIME ZONE %s", (spark.conf.get("spark.sql.session.timeZone"),))
+    refused = {row[0]: inserted(cur, by_insert, row) for row in frame.select("case", *sent).collect()}
+    cur.connection.commit()
+    assert {case for case, why in refused.items() if why} == \
+        {case for case, (_, _, refused_by_postgresql, _) in enumerate(CASES, 1) if refused_by_postgresql}
+
+    stored = write_staging(frame.where(~F.col("case").isin([c for c, why in refused.items() if why])),
+                           f"{schema}.copied", jdbc_options(ledger_db), targets, checkpoint_id=1, attempt=1)
+    assert stored == sum(1 for why in refused.values() if why is None)
+    assert stored_text(cur, copied) == stored_text(cur, by_insert)
+
+    for case in sorted(case for case, why in refused.items() if why):
+        with pytest.raises(Exception, match="PostgreSQL refused COPY") as refusal:
+            write_staging(frame.where(F.col("case") == case).coalesce(1), f"{schema}.copied", jdbc_options(ledger_db),
+                          targets, checkpoint_id=1, attempt=2)
+        state, message = record_failure(refusal.value) or (None, str(refusal.value)[:300])
+        assert state is not None and state.startswith(("22", "23")), f"case {case} {CASES[case - 1]}: {message}"
+    cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE attempt = 2").format(copied))
+    assert cur.fetchone() == (0,)

@@ -14,8 +14,8 @@ from exactly_once_stack.settings import ROOT
 
 def test_python_and_jvm_sides_of_spark_agree(spark):
     assert spark.version == pyspark.__version__
-    pom = (ROOT / "exactly_once_stack" / "poms" / "spark.xml").read_text()
-    assert re.search(r"<spark.version>([^<]+)<", pom).group(1) == pyspark.__version__
+    for pom in (ROOT / "exactly_once_stack" / "poms" / "spark.xml", ROOT / "jvm" / "pom.xml"):
+        assert re.search(r"<spark.version>([^<]+)<", pom.read_text()).group(1) == pyspark.__version__, pom
     kafka_jar = sorted(Path(ROOT / ".local" / "jars" / "spark").glob("spark-sql-kafka-0-10_2.13-*.jar"))
     assert [j.name for j in kafka_jar] == [f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar"]
 

@@ -1,7 +1,7 @@
 """An attempt's staging writes, with record isolation (exactly_once.spark.isolation).
 
-Each sink's rows and the dead letters are appended from the executors, tagged
-(checkpoint, attempt). Where a final table can refuse rows the row checks pass (a CHECK
+Each sink's rows and the dead letters are appended from the executors with PostgreSQL's
+COPY, tagged (checkpoint, attempt). Where a final table can refuse rows the row checks pass (a CHECK
 constraint, a trigger, a foreign key: `Ledger.may_refuse`), the staged rows are then
 promoted on trial and rolled back, so a refusal is found before pre-commit. A write or
 trial that fails because of some records is narrowed down to them by probes — a part of
@@ -15,14 +15,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from functools import partial
 
-import psycopg2
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from exactly_once import faults
+from exactly_once.catalog import column_types
 from exactly_once.config import Sink
 from exactly_once.errors import Permanent
 from exactly_once.ledger import trials
@@ -33,7 +32,7 @@ from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.frames import SetAside, attempt_frames, in_ranges, parse, with_set_aside
 from exactly_once.spark.isolation import NotIsolated, describe, narrow
-from exactly_once.sqlstates import Ask, raised_by_user_code, record_failure
+from exactly_once.sqlstates import raised_by_user_code, record_failure
 
 log = logging.getLogger(__name__)
 
@@ -46,55 +45,39 @@ class BadRecords(Permanent):
     """Bad records in a pipeline whose policy (`on_bad_record: fail`) is to fail."""
 
 
-# Rows a JDBC batch buffers: fewer when records may be large (`max_record_bytes`), so a
-# batch holds at most BATCH_BYTES of them.
-BATCH_ROWS, BATCH_BYTES = 10_000, 64 * 2**20
+def write_copy(frame: DataFrame, table: str, jdbc: Mapping[str, str], targets: Mapping[str, str]) -> None:
+    """Appends the rows to `table` from the executors with PostgreSQL's COPY (the
+    `exactly_once_copy` data source, jvm/), each Spark task in one transaction; `targets`
+    gives each column's type in the table (`ColumnType.base`), which decides how a value is
+    written (as Spark's JDBC writer's value would be cast: exactly_once.spark.row_checks)."""
+    missing = [c for c in frame.columns if c not in targets]
+    if missing:
+        raise ValueError(f"{table} has no column {', '.join(missing)}")
+    (frame.write.format("exactly_once_copy")
+     .options(url=jdbc["url"], user=jdbc["user"], password=jdbc["password"], table=table,
+              targets=",".join(targets[c] for c in frame.columns))
+     .mode("append").save())
 
 
-def rows_per_batch(max_record_bytes: int | None) -> int:
-    return BATCH_ROWS if max_record_bytes is None else max(1, min(BATCH_ROWS, BATCH_BYTES // max_record_bytes))
-
-
-def write_jdbc(frame: DataFrame, table: str, jdbc: Mapping[str, str], batch_rows: int = BATCH_ROWS) -> None:
-    """Appends the rows to `table` from the executors in parallel. Each Spark task writes in
-    one transaction, so a retried task does not leave half its rows behind."""
-    frame.write.format("jdbc").options(**jdbc).option("dbtable", table).option("batchsize", batch_rows) \
-        .mode("append").save()
-
-
-def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], checkpoint_id: int, attempt: int,
-                  batch_rows: int = BATCH_ROWS) -> int:
+def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], targets: Mapping[str, str],
+                  checkpoint_id: int, attempt: int) -> int:
     """Appends the rows, tagged (checkpoint, attempt), and returns how many were written:
-    counted as they pass into the write (an Observation, which counts the successful
-    attempt of each Spark task once), so the rows are computed once."""
+    counted as they pass into the write (an Observation, which counts the successful attempt
+    of each Spark task once), so the rows are computed once; pre-commit checks the count
+    against the table, so a task that committed its COPY and then ran again is found there."""
     written = Observation(f"rows written to {table}")
     tagged = frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
-    write_jdbc(tagged.observe(written, F.count(F.lit(1)).alias("rows")), table, jdbc, batch_rows)
+    write_copy(tagged.observe(written, F.count(F.lit(1)).alias("rows")), table, jdbc, targets)
     return written.get["rows"]
-
-
-def ask_again(ledger: Ledger, statement: str) -> psycopg2.Error | None:
-    """The pipeline database's error for an INSERT of a staging write it refused, run again
-    and rolled back; None if it passes now. Over Spark Connect this is how the refusal's
-    SQLSTATE is known (exactly_once.connect_errors)."""
-    with ledger.rows() as rows:
-        try:
-            rows.cur.execute("SET LOCAL lock_timeout = '10s'")  # a lock held elsewhere is no record's doing
-            rows.cur.execute(statement)
-        except psycopg2.Error as refused:
-            return refused
-        finally:
-            rows.cur.connection.rollback()
-    return None
 
 
 class _Refused(Exception):
     """A sink's write or trial promotion failed; `reason` says why if a record can have
     caused it (the sink, or the transform for a Python error), else it is None."""
 
-    def __init__(self, sink: str, error: BaseException, transform: str | None, ask: Ask | None = None):
+    def __init__(self, sink: str, error: BaseException, transform: str | None):
         super().__init__(f"sink {sink}: {error}")
-        failure = record_failure(error, ask)
+        failure = record_failure(error)
         if failure is None:
             self.reason = None
         else:
@@ -113,6 +96,9 @@ class Staging:
         self.checkpoint_id, self.ranges = checkpoint.id, checkpoint.ranges
         self.config = ledger.config
         self.columns = ledger.final_columns()
+        with ledger.rows() as rows:  # what each staging column takes, which the COPY writer renders
+            self.targets = {name: {c.name: c.base for c in column_types(rows.cur, table)}
+                            for name, table in rows.staging.items()}
         self.refusing = self._may_refuse()
 
     def write_isolating(self, records: DataFrame, set_aside: SetAside, phase: Phase) -> tuple[int, dict[str, int]]:
@@ -174,9 +160,9 @@ class Staging:
             for name, frame in staging.items():
                 try:
                     written[name] = write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc,
-                                                  self.checkpoint_id, tag, rows_per_batch(self.config.max_record_bytes))
+                                                  self.targets[name], self.checkpoint_id, tag)
                 except Exception as error:
-                    raise _Refused(name, error, self.config.transform, partial(ask_again, self.ledger)) from error
+                    raise _Refused(name, error, self.config.transform) from error
                 faults.point(f"increment.wrote.{name}")
         finally:
             frames.refused.unpersist()

@@ -1,0 +1,58 @@
+package exactly_once.copy;
+
+import java.io.Serializable;
+import java.util.Properties;
+
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/** One COPY of a frame's rows into a table: where, as whom, and each column's target type. */
+record CopyStatement(String url, String user, String password, String table, StructType schema, String[] targets)
+    implements Serializable {
+
+  static CopyStatement of(StructType schema, CaseInsensitiveStringMap options) {
+    String[] targets = required(options, "targets").split(",", -1);
+    if (targets.length != schema.fields().length) {
+      throw new IllegalArgumentException("exactly_once_copy: " + targets.length + " targets for "
+          + schema.fields().length + " columns");
+    }
+    CopyStatement statement = new CopyStatement(required(options, "url"), required(options, "user"),
+        options.getOrDefault("password", ""), required(options, "table"), schema, targets);
+    statement.textRow(); // refuses a column it cannot render before any task runs
+    return statement;
+  }
+
+  private static String required(CaseInsensitiveStringMap options, String name) {
+    String value = options.get(name);
+    if (value == null || value.isEmpty()) {
+      throw new IllegalArgumentException("exactly_once_copy needs the option " + name);
+    }
+    return value;
+  }
+
+  TextRow textRow() {
+    return new TextRow(schema, targets);
+  }
+
+  String sql() {
+    StringBuilder sql = new StringBuilder("COPY ").append(table).append(" (");
+    StructField[] fields = schema.fields();
+    for (int i = 0; i < fields.length; i++) {
+      sql.append(i == 0 ? "" : ", ").append('"').append(fields[i].name().replace("\"", "\"\"")).append('"');
+    }
+    return sql.append(") FROM STDIN").toString();
+  }
+
+  Properties login() {
+    Properties login = new Properties();
+    login.setProperty("user", user);
+    login.setProperty("password", password);
+    return login;
+  }
+
+  @Override
+  public String toString() { // never the password
+    return "COPY into " + table;
+  }
+}

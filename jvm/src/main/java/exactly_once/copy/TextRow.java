@@ -1,0 +1,205 @@
+package exactly_once.copy;
+
+import java.math.BigDecimal;
+import java.math.MathContext;
+import java.math.RoundingMode;
+import java.time.LocalDate;
+
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.SpecializedGetters;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.BinaryType;
+import org.apache.spark.sql.types.BooleanType;
+import org.apache.spark.sql.types.ByteType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DateType;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.DoubleType;
+import org.apache.spark.sql.types.FloatType;
+import org.apache.spark.sql.types.IntegerType;
+import org.apache.spark.sql.types.LongType;
+import org.apache.spark.sql.types.ShortType;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.types.TimestampNTZType;
+import org.apache.spark.sql.types.TimestampType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * A row in COPY's text format. Each value is written as the text that PostgreSQL's input
+ * function turns into what the column would hold had the value been sent as its Spark type's
+ * own PostgreSQL type and converted by the column's assignment cast — what Spark's JDBC
+ * writer stored, and what the row checks (exactly_once.spark.row_checks) judge. Where the
+ * two differ the text does the cast's work: a double into numeric keeps 15 significant
+ * digits (6 for a float) rounded half to even, as float8_numeric's "%.*g" does; a double
+ * into an integer is rounded half to even (rint), a decimal half away from zero.
+ */
+final class TextRow {
+  private static final long MICROS_PER_DAY = 86_400_000_000L;
+  private static final MathContext DOUBLE_DIGITS = new MathContext(15, RoundingMode.HALF_EVEN); // DBL_DIG
+  private static final MathContext FLOAT_DIGITS = new MathContext(6, RoundingMode.HALF_EVEN);   // FLT_DIG
+  private static final byte[] NULL = {'\\', 'N'};
+
+  /** Writes one non-null value's text, unescaped. */
+  private interface Field {
+    void render(SpecializedGetters from, int i, Line to);
+  }
+
+  private final Field[] fields;
+  private final Line value = new Line();
+  private final Line element = new Line();
+
+  TextRow(StructType schema, String[] targets) {
+    StructField[] columns = schema.fields();
+    fields = new Field[columns.length];
+    for (int i = 0; i < columns.length; i++) {
+      fields[i] = field(columns[i].name(), columns[i].dataType(), targets[i]);
+    }
+  }
+
+  void render(InternalRow row, Line to) {
+    for (int i = 0; i < fields.length; i++) {
+      if (i > 0) {
+        to.put((byte) '\t');
+      }
+      if (row.isNullAt(i)) {
+        to.put(NULL);
+      } else {
+        value.reset();
+        fields[i].render(row, i, value);
+        to.escaped(value);
+      }
+    }
+    to.put((byte) '\n');
+  }
+
+  private Field field(String column, DataType type, String target) {
+    if (type instanceof ArrayType array && !(array.elementType() instanceof ArrayType)) {
+      Field each = field(column, array.elementType(), target.startsWith("_") ? target.substring(1) : target);
+      return (from, i, to) -> {
+        var elements = from.getArray(i);
+        to.put((byte) '{');
+        for (int e = 0; e < elements.numElements(); e++) {
+          if (e > 0) {
+            to.put((byte) ',');
+          }
+          if (elements.isNullAt(e)) {
+            to.ascii("NULL");
+          } else {
+            element.reset();
+            each.render(elements, e, element);
+            to.quoted(element);
+          }
+        }
+        to.put((byte) '}');
+      };
+    }
+    boolean integer = target.equals("int2") || target.equals("int4") || target.equals("int8");
+    boolean numeric = target.equals("numeric");
+    boolean real = target.equals("float4");
+    if (type instanceof StringType) {
+      return (from, i, to) -> {
+        UTF8String text = from.getUTF8String(i);
+        to.put((text.isValid() ? text : text.makeValid()).getBytes()); // U+FFFD, as the JDBC writer's String
+      };
+    }
+    if (type instanceof BooleanType) {
+      return (from, i, to) -> to.ascii(from.getBoolean(i) ? "true" : "false");
+    }
+    if (type instanceof ByteType) {
+      return (from, i, to) -> to.ascii(Byte.toString(from.getByte(i)));
+    }
+    if (type instanceof ShortType) {
+      return (from, i, to) -> to.ascii(Short.toString(from.getShort(i)));
+    }
+    if (type instanceof IntegerType) {
+      return (from, i, to) -> to.ascii(Integer.toString(from.getInt(i)));
+    }
+    if (type instanceof LongType) {
+      return (from, i, to) -> to.ascii(Long.toString(from.getLong(i)));
+    }
+    if (type instanceof DoubleType) {
+      return (from, i, to) -> to.ascii(floating(from.getDouble(i), integer, numeric, real, DOUBLE_DIGITS));
+    }
+    if (type instanceof FloatType) {
+      return (from, i, to) -> to.ascii(floating(from.getFloat(i), integer, numeric, real, FLOAT_DIGITS));
+    }
+    if (type instanceof DecimalType decimal) {
+      int precision = decimal.precision();
+      int scale = decimal.scale();
+      return (from, i, to) -> {
+        BigDecimal exact = from.getDecimal(i, precision, scale).toJavaBigDecimal();
+        to.ascii((integer ? exact.setScale(0, RoundingMode.HALF_UP) : exact).toPlainString());
+      };
+    }
+    if (type instanceof DateType) {
+      return (from, i, to) -> to.ascii(date(from.getInt(i)));
+    }
+    if (type instanceof TimestampType) {
+      return (from, i, to) -> to.ascii(timestamp(from.getLong(i), "+00"));
+    }
+    if (type instanceof TimestampNTZType) {
+      return (from, i, to) -> to.ascii(timestamp(from.getLong(i), ""));
+    }
+    if (type instanceof BinaryType) {
+      return (from, i, to) -> to.ascii(hex(from.getBinary(i)));
+    }
+    throw new IllegalArgumentException("exactly_once_copy: column " + column + ": a Spark " + type.simpleString()
+        + " cannot be staged into PostgreSQL's " + target);
+  }
+
+  /** A double (or a float, widened exactly) as the column's cast would take it: `digits` are
+   *  those float8_numeric (float4_numeric) keeps. */
+  private static String floating(double v, boolean integer, boolean numeric, boolean real, MathContext digits) {
+    if (Double.isNaN(v)) {
+      return "NaN";
+    }
+    if (Double.isInfinite(v)) {
+      return v > 0 ? "Infinity" : "-Infinity";
+    }
+    if (integer) {
+      return Long.toString((long) Math.rint(v));
+    }
+    if (numeric) {
+      return new BigDecimal(v).round(digits).stripTrailingZeros().toString();
+    }
+    if (!real) {
+      return Double.toString(v);
+    }
+    float narrowed = (float) v; // float8 -> float4 rounds to nearest, as C's cast does
+    if (Float.isInfinite(narrowed)) {
+      return v > 0 ? "1e39" : "-1e39"; // the cast refuses an overflow: so does float4in
+    }
+    if (narrowed == 0.0f && v != 0.0) {
+      return "1e-50"; // an underflow, likewise
+    }
+    return Float.toString(narrowed);
+  }
+
+  private static String date(int epochDay) {
+    LocalDate day = LocalDate.ofEpochDay(epochDay);
+    int year = day.getYear();
+    String text = String.format("%04d-%02d-%02d", year > 0 ? year : 1 - year, day.getMonthValue(),
+        day.getDayOfMonth());
+    return year > 0 ? text : text + " BC";
+  }
+
+  private static String timestamp(long micros, String zone) {
+    long day = Math.floorDiv(micros, MICROS_PER_DAY);
+    long time = Math.floorMod(micros, MICROS_PER_DAY);
+    String date = date(Math.toIntExact(day));
+    String bc = date.endsWith(" BC") ? " BC" : "";
+    return String.format("%s %02d:%02d:%02d.%06d%s%s", bc.isEmpty() ? date : date.substring(0, date.length() - 3),
+        time / 3_600_000_000L, time / 60_000_000L % 60, time / 1_000_000L % 60, time % 1_000_000L, zone, bc);
+  }
+
+  private static String hex(byte[] bytes) {
+    char[] digits = "0123456789abcdef".toCharArray();
+    StringBuilder text = new StringBuilder(2 + 2 * bytes.length).append("\\x");
+    for (byte b : bytes) {
+      text.append(digits[(b >> 4) & 0xf]).append(digits[b & 0xf]);
+    }
+    return text.toString();
+  }
+}
