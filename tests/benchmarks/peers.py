@@ -50,7 +50,6 @@ from exactly_once.spark.increment import KAFKA_COLUMNS, kafka_source_options, re
 from exactly_once.spark.staging import write_copy
 from exactly_once_demo.pipeline import config as demo_config
 
-
 Writer = Callable[[DataFrame, str, list[ColumnType]], None]  # appends a frame to a table of these columns
 
 

@@ -215,7 +215,7 @@ def tables(ledger_db):
     with closing(psycopg2.connect(ledger_db)) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE SCHEMA {schema}; CREATE DOMAIN {schema}.code AS varchar(4) NOT NULL")
         for name in ("copied", "inserted"):
-            cur.execute(f"CREATE TABLE {schema}.{name} (\"case\" int, {definitions}, checkpoint_id bigint, attempt int)")
+            cur.execute(f'CREATE TABLE {schema}.{name} ("case" int, {definitions}, checkpoint_id bigint, attempt int)')
         conn.commit()
         try:
             yield cur, schema
