@@ -19,7 +19,7 @@ README = ROOT / "README.md"
 PAGES = sorted(DOCS.rglob("*.md"))
 
 # A path of the project in backticks: the library, its SQL, the jobs, DAGs, tests and deployment.
-PROJECT_PATH = re.compile(r"`((?:plugins|sql|jobs|dags|tests|deploy|exactly_once_stack)/[\w./-]*)`")
+PROJECT_PATH = re.compile(r"`((?:plugins|sql|jobs|jvm|dags|tests|deploy|exactly_once_stack)/[\w./-]*)`")
 # A library module in a layer's folder, as the layout's tables name them (`ledger/protocol.py`).
 LAYER_MODULE = re.compile(r"`((?:ledger|spark|operate|orchestration)/\w+\.py)`")
 COMMAND = re.compile(r"python -m (exactly_once(?:\.\w+)*)(?!\.?[<\w])")
