@@ -36,8 +36,9 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})|%00")
 def jdbc_options(libpq_url: str) -> dict[str, str]:
     """Spark JDBC options for the database of a libpq URI
     (`postgresql://[user[:password]@][host][:port][,...][/dbname][?param=value&...]`).
-    Batched inserts are rewritten into multi-row INSERTs by the driver: ~3x faster staging
-    writes. Query parameters are carried over as the pgjdbc properties that mean the same;
+    The COPY staging writer (jvm/) connects with its url, user and password; batched inserts
+    are rewritten into multi-row INSERTs for Spark's JDBC writer (the stack's smoke job, the
+    benchmarks' Structured Streaming peer). Query parameters are carried over as the pgjdbc properties that mean the same;
     one pgjdbc cannot honour raises ConfigError (no retry fixes it) naming it (messages never quote the URI,
     which holds the password)."""
     scheme, sep, rest = libpq_url.partition("://")

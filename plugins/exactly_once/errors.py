@@ -63,7 +63,9 @@ _VALUES = ((re.compile(r"Batch entry (\d+) .*? was aborted", re.S), r"Batch entr
            (re.compile(r"Failing row contains \(.*?\)(?=\.?\s|\.?$)", re.S), "Failing row contains (values not shown)"),
            (re.compile(r"Key \((.*?)\)=\(.*?\)(?= already exists| is not present| conflicts)", re.S),
             r"Key (\1)=(values not shown)"),
-           (re.compile(r'(COPY [\w.]+, line \d+(?:, column [^:\n]+)?): "[^\n]*'), r"\1: (values not shown)"))
+           # a column's value (cut at 30 characters by PostgreSQL) may hold line breaks; a line has none
+           (re.compile(r'(COPY [\w.]+, line \d+, column [^:\n]+): "[\s\S]{0,36}'), r"\1: (values not shown)"),
+           (re.compile(r'(COPY [\w.]+, line \d+): "[^\n]*'), r"\1: (values not shown)"))
 MAX_ERROR_TEXT = 2000  # characters of an error text kept: a Spark stack trace can run to megabytes
 
 

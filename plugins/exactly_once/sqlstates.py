@@ -58,7 +58,7 @@ def _sqlstate(error: BaseException) -> tuple[str | None, str]:
     while java is not None:
         state = _call(java, "getSQLState")
         if state:
-            server = _call(java, "getNextException") or java  # a batch's own error is its next exception
+            server = _call(java, "getNextException") or java  # a JDBC batch's own error is its next exception
             return state, _server_message(str(_call(server, "getMessage") or ""))
         java = _call(java, "getCause")
     refused = copy_refusal(str(error))

@@ -42,13 +42,16 @@ COLUMNS = [
     ("tz", "timestamp", "timestamptz", "%s::timestamptz"),
     ("ts", "timestamp_ntz", "timestamp", "%s::timestamp"),
     ("d", "date", "date", "%s::date"),
+    ("dx", "double", "text", "%s::float8"),
+    ("fx", "float", "text", "%s::float4"),
+    ("tx", "timestamp", "text", "%s::timestamptz"),
 ]
 DATETIMES = ("timestamp", "timestamp_ntz", "date")
 # A row every column lets in, most values at their limit.
 VALID = {"txt": "ok", "v": "abcdefgh", "ch": "abc", "code": "abcd", "i2": "32767", "i4": "2147483647.4",
          "i8": "9223372036854775807.4", "n": "9999.994", "nd": "9999.994", "nf": "9999.99", "nl": "999949",
          "nu": "1e300", "r": "3.4028235e38", "tz": "2020-01-01 00:00:00", "ts": "2020-01-01 00:00:00",
-         "d": "2020-01-01"}
+         "d": "2020-01-01", "dx": "0.1", "fx": "0.1", "tx": "2020-01-01 00:00:00"}
 # (column, value as text, refused by PostgreSQL, the exact reason when asserted)
 CASES = [
     ("txt", None, True, "null in a NOT NULL column"),
@@ -114,6 +117,12 @@ CASES = [
     ("d", "-4713-11-23", True, "-4713-11-23 is outside PostgreSQL's date range (-4713-11-24 to 5874897-12-31)"),
     ("d", "5874897-12-31", False, None),
     ("d", "5874898-01-01", True, None),
+    # Into text, as a cast of the JDBC writer's value to text shows it: what the COPY writer must write.
+    *(("dx", value, False, None) for value in ("1e-5", "0.0001", "100", "123456789012345", "1e15", "1.5e300", "-0.0",
+                                               "NaN", "-Infinity", "2.5e-310")),
+    *(("fx", value, False, None) for value in ("123456", "1e6", "1e-5", "3.4e38", "1.17549435e-38")),
+    *(("tx", value, False, None) for value in ("2020-01-01 12:34:56.5", "2020-01-01 12:34:56.000001",
+                                               "-1043-03-15 12:00:00", "12345-01-01 00:00:00")),
 ]
 
 

@@ -127,6 +127,22 @@ def test_a_sum_beyond_its_column_refused_at_commit_is_tried_again_and_stalls_ins
         assert violations(conn, orders.config) == []
 
 
+def test_a_column_that_does_not_take_its_values_type_stalls_the_checkpoint_naming_it(spark, ledger_db,
+                                                                                     kafka_servers, topic):
+    # The pipeline has a transform, so the preflight leaves its columns' types to the job; `note`
+    # is a string in every record, which an int column takes only from a cast Spark's JDBC writer
+    # never made: no record is at fault, and nothing is dead-lettered.
+    orders = Orders(ledger_db, kafka_servers, topic, extra_ddl="ALTER TABLE {s}.orders ALTER note TYPE int USING 0;")
+    orders.produce(valid_orders(0, 12))
+    checkpoint_id = orders.begin()
+    with pytest.raises(Stalled, match="ConfigError: sink orders: column note gets Spark string values: PostgreSQL "
+                                      "says 'column \"note\" is of type integer but expression is of type "
+                                      "character varying'"):
+        orders.increment(spark, checkpoint_id)
+    assert orders.ledger.checkpoint(checkpoint_id).state is State.STALLED
+    assert orders.dead_letter_reasons() == {}
+
+
 def test_a_producer_switching_to_a_schema_the_pipeline_cannot_read_stalls_on_the_dead_letter_budget(spark, orders):
     renamed = [(i % 3, f"k{i}".encode(), json.dumps({"orderId": f"n{i}", "item": "apple", "cost": 1}).encode())
                for i in range(30)]  # a producer's new schema: no field the pipeline reads

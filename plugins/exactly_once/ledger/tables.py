@@ -93,6 +93,6 @@ def staging_tables(config: PipelineConfig) -> dict[str, sql.Identifier]:
 
 
 def qualified(table: sql.Identifier) -> str:
-    """A plain `schema.table` name for Spark's JDBC writer. Config names are lower-case
+    """A plain `schema.table` name for the COPY staging writer. Config names are lower-case
     identifiers and hashes are hex, so it needs no quoting."""
     return ".".join(table.strings)

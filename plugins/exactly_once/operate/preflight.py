@@ -7,8 +7,9 @@ the DDL that fixes it).
 - every sink's final table exists, has the columns its mode needs and the unique index it
   merges on, and takes the values whose Spark type is known without running the transform —
   the library's columns; without a transform, the value's fields — at their types:
-  PostgreSQL itself is asked whether each column takes what the JDBC writer binds
-  (sql/preflight.sql). A transform's own columns meet their table when the job writes them.
+  PostgreSQL itself is asked whether each column takes what Spark's JDBC writer binds
+  (sql/preflight.sql), which is what the COPY staging writer writes. A transform's own
+  columns are asked the same by the job, before it writes them (spark/staging.py).
 
 The configuration is checked when it loads (`exactly_once.config`), the connections by
 `exactly_once.connections.connection_problems`; whether the brokers accept the Kafka login

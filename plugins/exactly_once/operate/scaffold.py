@@ -103,7 +103,7 @@ def pipeline_config(name: str, topic: str, source: dict[str, Any], table: str | 
                           "sinks": [{"name": name, "table": table or name, "mode": "append"}]})
     unwritable = {c: t for c, t in config.source.value_schema.items() if ddl.column_type(t) is None}
     if unwritable:
-        raise ConfigError(f"--schema: Spark's JDBC writer cannot write fields {unwritable} to a column; "
+        raise ConfigError(f"--schema: the staging writer cannot write fields {unwritable} to a column; "
                           "flatten them in a transform (or store them as a JSON string)")
     return config
 

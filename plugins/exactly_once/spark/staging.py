@@ -16,14 +16,16 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
+import psycopg2
+from psycopg2 import sql
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
-from exactly_once import faults
+from exactly_once import ddl, faults
 from exactly_once.catalog import column_types
 from exactly_once.config import Sink
-from exactly_once.errors import Permanent
+from exactly_once.errors import ConfigError, Permanent
 from exactly_once.ledger import trials
 from exactly_once.ledger.checkpoints import Checkpoint
 from exactly_once.ledger.planning import OffsetRange
@@ -32,11 +34,13 @@ from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.frames import SetAside, attempt_frames, in_ranges, parse, with_set_aside
 from exactly_once.spark.isolation import NotIsolated, describe, narrow
+from exactly_once.sqlfiles import named
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
 log = logging.getLogger(__name__)
 
 Phase = Callable[[str], AbstractContextManager]        # times a phase of the attempt's report
+TAKES = named("preflight.sql")["takes"]
 # An upsert's next-newest row for a key may be refused once its newest is set aside.
 ISOLATION_ROUNDS = 3
 
@@ -100,6 +104,7 @@ class Staging:
             self.targets = {name: {c.name: c.base for c in column_types(rows.cur, table)}
                             for name, table in rows.staging.items()}
         self.refusing = self._may_refuse()
+        self.typed: set[str] = set()  # the staging tables whose columns were found to take the frame's types
 
     def write_isolating(self, records: DataFrame, set_aside: SetAside, phase: Phase) -> tuple[int, dict[str, int]]:
         """Stages the records' rows; returns how many records there are and the rows written per sink."""
@@ -157,6 +162,8 @@ class Staging:
                     raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
                                      f"{self.checkpoint_id} read "
                                      + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
+            for name, frame in staging.items():  # every table before any row is written
+                self._check_types(name, frame)
             for name, frame in staging.items():
                 try:
                     written[name] = write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc,
@@ -200,6 +207,35 @@ class Staging:
             if rows.refused_at_commit(self.checkpoint_id):  # a table refused what no trial had tried
                 return list(self.config.sinks)
             return [sink for sink in self.config.sinks if rows.may_refuse(sink)]
+
+    def _check_types(self, name: str, frame: DataFrame) -> None:
+        """Each column of the staging table takes the values of the frame's Spark type as
+        Spark's JDBC writer bound them (an assignment cast exists: PostgreSQL answers, without
+        inserting anything), as the COPY writer writes what such a cast makes of them; else
+        no record is at fault, and the pipeline's configuration is (`ConfigError`)."""
+        if name in self.typed:
+            return
+        table = staging_table(self.config, name)
+        with self.ledger.rows() as rows:
+            for field in frame.schema.fields:
+                spark_type = field.dataType.simpleString()
+                if spark_type == "void":  # only nulls, which every nullable column takes
+                    continue
+                try:
+                    bound = ddl.bound_type(spark_type)
+                except ValueError:  # a type the configuration's types do not name (interval, variant)
+                    bound = None
+                if bound is None:
+                    raise ConfigError(f"sink {name}: column {field.name}: Spark {spark_type} values cannot be staged")
+                try:
+                    rows.cur.execute(sql.SQL(TAKES).format(table=table, column=sql.Identifier(field.name),
+                                                           bound=sql.SQL(bound)))
+                except psycopg2.Error as refused:
+                    raise ConfigError(f"sink {name}: column {field.name} gets Spark {spark_type} values: "
+                                      f"PostgreSQL says {refused.diag.message_primary!r}") from None
+                finally:
+                    rows.cur.connection.rollback()
+        self.typed.add(name)
 
     def _trial_promote(self, tag: int) -> tuple[str, Exception] | None:
         """Promotes the rows tagged `tag` into the refusing sinks' tables and rolls back:

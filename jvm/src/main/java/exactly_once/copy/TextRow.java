@@ -18,6 +18,7 @@ import org.apache.spark.sql.types.DoubleType;
 import org.apache.spark.sql.types.FloatType;
 import org.apache.spark.sql.types.IntegerType;
 import org.apache.spark.sql.types.LongType;
+import org.apache.spark.sql.types.NullType;
 import org.apache.spark.sql.types.ShortType;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
@@ -33,7 +34,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * writer stored, and what the row checks (exactly_once.spark.row_checks) judge. Where the
  * two differ the text does the cast's work: a double into numeric keeps 15 significant
  * digits (6 for a float) rounded half to even, as float8_numeric's "%.*g" does; a double
- * into an integer is rounded half to even (rint), a decimal half away from zero.
+ * into an integer is rounded half to even (rint), a decimal half away from zero; a float, a
+ * double or a timestamp into text is laid out as PostgreSQL's output function lays it out.
+ * Which Spark types a column takes at all is asked of PostgreSQL before the write
+ * (exactly_once.spark.staging: an assignment cast from what the JDBC writer bound).
  */
 final class TextRow {
   private static final long MICROS_PER_DAY = 86_400_000_000L;
@@ -120,10 +124,10 @@ final class TextRow {
       return (from, i, to) -> to.ascii(Long.toString(from.getLong(i)));
     }
     if (type instanceof DoubleType) {
-      return (from, i, to) -> to.ascii(floating(from.getDouble(i), integer, numeric, real, DOUBLE_DIGITS));
+      return (from, i, to) -> to.ascii(floating(from.getDouble(i), integer, numeric, real, DOUBLE_DIGITS, false));
     }
     if (type instanceof FloatType) {
-      return (from, i, to) -> to.ascii(floating(from.getFloat(i), integer, numeric, real, FLOAT_DIGITS));
+      return (from, i, to) -> to.ascii(floating(from.getFloat(i), integer, numeric, real, FLOAT_DIGITS, true));
     }
     if (type instanceof DecimalType decimal) {
       int precision = decimal.precision();
@@ -142,6 +146,9 @@ final class TextRow {
     if (type instanceof TimestampNTZType) {
       return (from, i, to) -> to.ascii(timestamp(from.getLong(i), ""));
     }
+    if (type instanceof NullType) {
+      return (from, i, to) -> { }; // every value is null
+    }
     if (type instanceof BinaryType) {
       return (from, i, to) -> to.ascii(hex(from.getBinary(i)));
     }
@@ -151,7 +158,8 @@ final class TextRow {
 
   /** A double (or a float, widened exactly) as the column's cast would take it: `digits` are
    *  those float8_numeric (float4_numeric) keeps. */
-  private static String floating(double v, boolean integer, boolean numeric, boolean real, MathContext digits) {
+  private static String floating(double v, boolean integer, boolean numeric, boolean real, MathContext digits,
+                                 boolean single) {
     if (Double.isNaN(v)) {
       return "NaN";
     }
@@ -159,13 +167,15 @@ final class TextRow {
       return v > 0 ? "Infinity" : "-Infinity";
     }
     if (integer) {
-      return Long.toString((long) Math.rint(v));
+      double rounded = Math.rint(v);
+      // beyond int8 a long would saturate: the exact text lets the column's input refuse it
+      return Math.abs(rounded) < 0x1p63 ? Long.toString((long) rounded) : new BigDecimal(rounded).toPlainString();
     }
     if (numeric) {
       return new BigDecimal(v).round(digits).stripTrailingZeros().toString();
     }
     if (!real) {
-      return Double.toString(v);
+      return single ? shortest(shortestDigits(v, true), 6) : shortest(shortestDigits(v, false), 15);
     }
     float narrowed = (float) v; // float8 -> float4 rounds to nearest, as C's cast does
     if (Float.isInfinite(narrowed)) {
@@ -177,6 +187,44 @@ final class TextRow {
     return Float.toString(narrowed);
   }
 
+  /**
+   * The fewest significant digits that read back as the value (Java 17's Float.toString and
+   * Double.toString may give more): the exact value rounded to 1, 2, ... digits, half to even.
+   */
+  private static String shortestDigits(double v, boolean single) {
+    if (v == 0.0) {
+      return Double.compare(v, 0.0) < 0 ? "-0" : "0";
+    }
+    BigDecimal exact = new BigDecimal(v);
+    for (int precision = 1; precision < 17; precision++) {
+      BigDecimal rounded = exact.round(new MathContext(precision, RoundingMode.HALF_EVEN));
+      if (single ? rounded.floatValue() == (float) v : rounded.doubleValue() == v) {
+        return rounded.toString();
+      }
+    }
+    return exact.round(new MathContext(17, RoundingMode.HALF_EVEN)).toString();
+  }
+
+  /**
+   * Round-trip digits of a float or double laid out as PostgreSQL's float4out and
+   * float8out lay out their shortest digits (what a cast to text gives): positional for
+   * exponents from -4 up to the type's digits (6, 15) as printf's %g, else "1.5e+20".
+   */
+  private static String shortest(String text, int positionalBelow) {
+    BigDecimal digits = new BigDecimal(text).stripTrailingZeros();
+    if (digits.signum() == 0) {
+      return text.startsWith("-") ? "-0" : "0";
+    }
+    int exponent = digits.precision() - digits.scale() - 1;
+    if (exponent >= -4 && exponent < positionalBelow) {
+      return digits.toPlainString();
+    }
+    String unscaled = digits.unscaledValue().abs().toString();
+    String mantissa = unscaled.length() == 1 ? unscaled : unscaled.charAt(0) + "." + unscaled.substring(1);
+    return (digits.signum() < 0 ? "-" : "") + mantissa + (exponent < 0 ? "e-" : "e+")
+        + String.format("%02d", Math.abs(exponent));
+  }
+
   private static String date(int epochDay) {
     LocalDate day = LocalDate.ofEpochDay(epochDay);
     int year = day.getYear();
@@ -185,13 +233,17 @@ final class TextRow {
     return year > 0 ? text : text + " BC";
   }
 
+  /** As PostgreSQL's output shows it in UTC (what a cast to text gives): no fraction when it
+   *  is zero, no trailing zeros in it. */
   private static String timestamp(long micros, String zone) {
     long day = Math.floorDiv(micros, MICROS_PER_DAY);
     long time = Math.floorMod(micros, MICROS_PER_DAY);
     String date = date(Math.toIntExact(day));
     String bc = date.endsWith(" BC") ? " BC" : "";
-    return String.format("%s %02d:%02d:%02d.%06d%s%s", bc.isEmpty() ? date : date.substring(0, date.length() - 3),
-        time / 3_600_000_000L, time / 60_000_000L % 60, time / 1_000_000L % 60, time % 1_000_000L, zone, bc);
+    String fraction = time % 1_000_000L == 0 ? ""
+        : String.format(".%06d", time % 1_000_000L).replaceAll("0+$", "");
+    return String.format("%s %02d:%02d:%02d%s%s%s", bc.isEmpty() ? date : date.substring(0, date.length() - 3),
+        time / 3_600_000_000L, time / 60_000_000L % 60, time / 1_000_000L % 60, fraction, zone, bc);
   }
 
   private static String hex(byte[] bytes) {
