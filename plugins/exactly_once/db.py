@@ -38,9 +38,9 @@ def jdbc_options(libpq_url: str) -> dict[str, str]:
     (`postgresql://[user[:password]@][host][:port][,...][/dbname][?param=value&...]`).
     The COPY staging writer (jvm/) connects with its url, user and password; batched inserts
     are rewritten into multi-row INSERTs for Spark's JDBC writer (the stack's smoke job, the
-    benchmarks' Structured Streaming peer). Query parameters are carried over as the pgjdbc properties that mean the same;
-    one pgjdbc cannot honour raises ConfigError (no retry fixes it) naming it (messages never quote the URI,
-    which holds the password)."""
+    benchmarks' Structured Streaming peer). Query parameters are carried over as the pgjdbc
+    properties that mean the same; one pgjdbc cannot honour raises ConfigError (no retry fixes
+    it) naming it (messages never quote the URI, which holds the password)."""
     scheme, sep, rest = libpq_url.partition("://")
     if not sep or scheme not in ("postgresql", "postgres"):
         raise ConfigError("the database URL must be a libpq URI starting with postgresql:// or postgres://")
