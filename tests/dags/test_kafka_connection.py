@@ -2,8 +2,10 @@
 stack points at the broker's SASL_SSL listener (SCRAM-SHA-512, a certificate of the stack's
 private CA, `ssl.ca.location`): the planner (confluent-kafka) and Spark's Kafka source both
 log in with it and verify the broker. Mutual TLS (the SSL listener, which requires a client
-certificate) with the material inline in the connection, over Spark Connect and (a variant:
-`./dev test -m variant`) on spark-submit. The job's processes (command lines and environments, sampled from /proc while they
+certificate) with the material inline in the connection, over Spark Connect and on
+spark-submit: variants (`./dev test -m variant`) — CI runs every Connect test over the
+stack's SASL_SSL connection, and tests/shared/test_kafka_client.py turns inline PEM into
+Spark's settings. The job's processes (command lines and environments, sampled from /proc while they
 run) and the run's logs — Airflow's masking of connection fields turned off, and the Kafka
 clients logging their config at INFO — hold no password, key or key password.
 The successful SASL_SSL run's lineage (OpenLineage) is checked too."""
@@ -56,7 +58,8 @@ def connect_server(stack_env):
     spark_cluster.stop_named(started)
 
 
-@pytest.mark.parametrize("runner", [pytest.param("spark-submit", marks=pytest.mark.variant), "connect"])
+@pytest.mark.variant
+@pytest.mark.parametrize("runner", ["spark-submit", "connect"])
 def test_the_demo_commits_exactly_once_over_mutual_tls_with_the_material_inline(runner, request, fresh_demo,
                                                                                   kafka_servers, tmp_path):
     """The connection holds the PEM itself (a secrets backend's usual form): the client's key
