@@ -105,6 +105,30 @@ def moment_after_the_last_marker() -> datetime:
     return moment
 
 
+def moment_after_every_marker_of(servers: str, topic: str, timeout: float = 30) -> datetime:
+    """`moment_after_the_last_marker` once every partition of `topic` is stable: its
+    read_committed end is its log end, so the markers of transactions committed or aborted so
+    far are written (the broker writes them after commit/abort returns, stamped when written)."""
+    deadline = time.monotonic() + timeout
+    while (ends := {isolation: log_ends(servers, topic, isolation)
+                    for isolation in ("read_committed", "read_uncommitted")}) \
+            and ends["read_committed"] != ends["read_uncommitted"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}: a transaction is still open ({ends})")
+        time.sleep(0.05)
+    return moment_after_the_last_marker()
+
+
+def log_ends(servers: str, topic: str, isolation: str) -> list[int]:
+    """Each partition's end offset as a consumer of that isolation level sees it."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "tests-ends", "isolation.level": isolation})
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions]
+    finally:
+        consumer.close()
+
+
 def wait_until_stable(servers: str, topic: str, produced: list[Produced]) -> None:
     # Transaction markers are written after commit/abort returns.
     last = {}
