@@ -22,21 +22,10 @@ from psycopg2 import sql
 from exactly_once.ledger.tables import DEAD_LETTERS, staging_tables
 from exactly_once_stack import kafka, postgres, spark_cluster
 from exactly_once_stack.process import alive
+from tests.faults.findings import ORDERS, Findings, restart, restarted_during
+from tests.faults.publishing import (broker_restarted_mid_publish, commit_rolled_back, publisher_killed_mid_transaction,
+                                     publisher_too_slow, zombie_publisher)
 from tests.faults.world import ALL_TRIES, JOB_MARKER, TASK_TIMEOUT, Run, Verdict, World, finished, wait_for
-
-ORDERS = 4000  # 8 transactions of 500 (the 7th aborted), 4 malformed orders
-
-
-class Findings(list):
-    """What a scenario found wrong, and which records retention took from the oracle."""
-
-    def __init__(self):
-        super().__init__()
-        self.lost_to_retention: Callable[[object], bool] = lambda record: False
-
-    def expect(self, holds: bool, what: str) -> None:
-        if not holds:
-            self.append(what)
 
 
 def _retried(world: World, task: str, fault: str,
@@ -113,11 +102,6 @@ def crash_after_commit(world: World) -> Findings:
     return found
 
 
-def _restart(service) -> None:
-    service.stop()
-    service.start()
-
-
 def _restart_later(service, down_for: float) -> threading.Thread:
     """Stops the service now and starts it again `down_for` seconds later, in the background."""
     service.stop()
@@ -144,18 +128,13 @@ def postgres_restarted_during_write(world: World) -> Findings:
 def postgres_restarted_during_commit(world: World) -> Findings:
     """f2. PostgreSQL restarted while the commit's transaction is open."""
     found, _ = _retried(world, "commit", "commit.before_commit=sleep:10",
-                        ("commit.before_commit", lambda r: _restart(postgres)))
+                        ("commit.before_commit", lambda r: restart(postgres)))
     return found
 
 
 def kafka_restarted_during_read(world: World) -> Findings:
     """g. The Kafka broker restarted as the Spark job starts reading its ranges."""
-    found = Findings()
-    world.produce(ORDERS)
-    run = world.run(faults={("increment", 1): "increment.before_read=sleep:0"},
-                    when={("increment", 1): ("increment.before_read", lambda r: _restart(kafka))})
-    found.expect(run.state == "success", f"run {run.run_id} {run.state}")
-    return found
+    return restarted_during(world, "increment", "increment.before_read", kafka, 0)
 
 
 def runs_planning_at_once(world: World) -> Findings:
@@ -410,6 +389,12 @@ SCENARIOS: dict[str, tuple[str, Callable[[World], Findings], dict]] = {
     "q": ("standalone: driver killed mid-write", spark_killed_mid_write, {"spark": "standalone"}),
     "r": ("connect: server restarted mid-job", connect_server_restarted, {"spark": "connect"}),
     "s": ("connect: zombie task resumed", zombie_attempt, {"spark": "connect"}),
+    # a kafka sink (tests/faults/publishing.py)
+    "t": ("publisher killed mid-transaction", publisher_killed_mid_transaction, {"publishes": True}),
+    "u": ("zombie publisher fenced", zombie_publisher, {"publishes": True}),
+    "v": ("Kafka restart in publish", broker_restarted_mid_publish, {"publishes": True}),
+    "w": ("commit rolled back: nothing published", commit_rolled_back, {"publishes": True}),
+    "x": ("publisher slower than its timeout", publisher_too_slow, {"publishes": True}),
 }
 
 

@@ -4,6 +4,7 @@ worker runs it), doing exactly the work of the DAG's task (`exactly_once.orchest
     python -m tests.faults.task begin --pipeline P --run-id R --interval-end ISO [--reprocess]
     python -m tests.faults.task increment --pipeline P --checkpoint-id N
     python -m tests.faults.task commit --pipeline P --checkpoint-id N --try T
+    python -m tests.faults.task publish --pipeline P [--transaction-timeout-ms MS] [--batch-rows N]
 
 The last line of stdout is the task's result as JSON; on failure (exit status 1) it
 is `{"error": ..., "outcome": "retry" | "fail"}`, what `exactly_once.orchestration.outcomes` tells the
@@ -27,20 +28,22 @@ from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin, after_error
-from exactly_once.orchestration.tasks import begin_checkpoint, commit_checkpoint, run_increment
+from exactly_once.orchestration.tasks import begin_checkpoint, commit_checkpoint, publish_outbox, run_increment
 from exactly_once.spark.runners import job_runner
 from exactly_once.spark.settings import JobSettings
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=["begin", "increment", "commit"])
+    parser.add_argument("task", choices=["begin", "increment", "commit", "publish"])
     parser.add_argument("--pipeline", required=True)
     parser.add_argument("--run-id")
     parser.add_argument("--interval-end", type=datetime.fromisoformat)
     parser.add_argument("--checkpoint-id", type=int)
     parser.add_argument("--try", dest="try_number", type=int, default=1)
     parser.add_argument("--reprocess", action="store_true", help="the run's `reprocess` parameter")
+    parser.add_argument("--transaction-timeout-ms", type=int, default=60_000, help="the publisher's")
+    parser.add_argument("--batch-rows", type=int, default=10_000, help="records per Kafka transaction of the publisher")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -62,12 +65,18 @@ def run(args: argparse.Namespace) -> dict:
     if args.task == "begin":
         with KafkaOffsets(settings.kafka) as kafka:
             begun = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end, reprocess=args.reprocess)
+        publish_outbox(ledger, settings.kafka)  # what an earlier run left unpublished, as the DAG's begin does
         return {"checkpoint": begun.checkpoint.id, "state": begun.checkpoint.state.value,
                 "empty": after_begin(begun) is TaskOutcome.SKIP}
     if args.task == "increment":
         # What IncrementOperator does, on the Spark connection of the environment (AIRFLOW_CONN_SPARK_DEFAULT).
         runner = job_runner(SPARK, f"{args.pipeline} increment", ledger.config, settings)
         return {"attempt": run_increment(ledger, args.checkpoint_id, runner)}
+    if args.task == "publish":
+        published = publish_outbox(ledger, settings.kafka, transaction_timeout_ms=args.transaction_timeout_ms,
+                                   batch_rows=args.batch_rows)
+        return {"published": {sink.sink: {"records": sink.records, "transactions": sink.transactions}
+                              for sink in published}}
     return {"outcome": commit_checkpoint(ledger, args.checkpoint_id, args.try_number).value}
 
 

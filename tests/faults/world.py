@@ -28,9 +28,10 @@ from exactly_once.orchestration.outcomes import TaskOutcome
 from exactly_once_demo.oracle import committed_orders
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.prepare import create_tables
-from exactly_once_demo.produce import produce
+from exactly_once_demo.produce import ensure_topic, produce
 from exactly_once_stack.settings import LOCAL, ROOT, process_environment, spark_connection
 from tests.exactly_once_demo.oracle import expected
+from tests.kafka_records import committed_records
 from tests.oracle import Comparison, Tables, actual, compare
 
 ARTIFACTS = LOCAL / "artifacts" / "faults"
@@ -38,8 +39,6 @@ TASK_TIMEOUT = 600
 RETRY_DELAY = 3  # seconds between tries of a task (the DAG's commit task waits 5 s, then longer)
 ALL_TRIES = 0  # a fault for every try of a task
 UDF_TRANSFORM = "exactly_once_demo.pipeline:prepare_with_udf"
-
-
 @dataclass
 class Try:
     task: str
@@ -92,14 +91,20 @@ class Verdict:
 
 
 class World:
-    def __init__(self, scenario: str, seed: int, servers: str, db_url: str, spark: str = "local", **options):
+    def __init__(self, scenario: str, seed: int, servers: str, db_url: str, spark: str = "local",
+                 publishes: bool = False, **options):
         """`spark`: where the jobs run (exactly_once_stack.spark_cluster); beyond local, with the demo's
-        UDF variant, which executors run only with the code the job ships."""
+        UDF variant, which executors run only with the code the job ships. `publishes`: the demo's
+        deltas go to a topic of the world's too (a kafka sink), and each run ends with a `publish` task."""
         self.name = f"fm_{scenario}_{seed}_{int(time.time()) % 100000}"
         self.seed, self.servers, self.db_url, self.spark = seed, servers, db_url, spark
         if spark != "local":
             options.setdefault("transform", UDF_TRANSFORM)
-        self.config: PipelineConfig = demo_config(self.name, self.name, self.name, **options)
+        self.deltas_topic = f"{self.name}_deltas" if publishes else None
+        if publishes:
+            ensure_topic(servers, self.deltas_topic)
+        self.config: PipelineConfig = demo_config(self.name, self.name, self.name, deltas_topic=self.deltas_topic,
+                                                  **options)
         self.folder = ARTIFACTS / self.name
         self.folder.mkdir(parents=True, exist_ok=True)
         self.records: list = []                 # every committed record produced, read back
@@ -134,22 +139,26 @@ class World:
     def run(self, faults: dict[tuple[str, int], str] | None = None,
             when: dict[tuple[str, int], tuple[str, Callable[[Run], None]]] | None = None,
             retries: dict[str, int] | None = None, run_id: str | None = None,
-            interval_end: datetime | None = None, reprocess: bool = False) -> Run:
-        """A pipeline run: begin, then increment and commit with retries, as the DAG does
-        (a try whose outcome is FAIL is not retried); with `reprocess`, the run's parameter.
-        `faults[(task, try)]` is EXACTLY_ONCE_FAULTS for that try (try ALL_TRIES: every try);
-        `when[(task, try)] = (fault point, action)`: the action runs once the try reaches the point."""
+            interval_end: datetime | None = None, reprocess: bool = False,
+            publish_options: tuple[str, ...] = ()) -> Run:
+        """A pipeline run: begin, then increment and commit (and, with a kafka sink, publish) with
+        retries, as the DAG does (a try whose outcome is FAIL is not retried); with `reprocess`, the
+        run's parameter. `faults[(task, try)]` is EXACTLY_ONCE_FAULTS for that try (try ALL_TRIES:
+        every try); `when[(task, try)] = (fault point, action)`: the action runs once the try
+        reaches the point; `publish_options`: the publish task's (tests/faults/task.py)."""
         faults, when = faults or {}, when or {}
-        retries = {"begin": 0, "increment": 2, "commit": 2, **(retries or {})}
+        retries = {"begin": 0, "increment": 2, "commit": 2, "publish": 2, **(retries or {})}
         self._runs += 1
         run = Run(run_id or f"run{self._runs}")
         end = (interval_end or datetime.now(timezone.utc)).isoformat()
         begin = ["--run-id", run.run_id, "--interval-end", end, *(["--reprocess"] if reprocess else [])]
-        steps = [("begin", begin), ("increment", None), ("commit", None)]
+        steps = [("begin", begin), ("increment", None), ("commit", None),
+                 *([("publish", list(publish_options))] if self.deltas_topic else [])]
         for task, arguments in steps:
             for number in range(1, retries[task] + 2):
                 fault = faults.get((task, number)) or faults.get((task, ALL_TRIES))
-                args = arguments or ["--checkpoint-id", str(run.checkpoint), "--try", str(number)]
+                args = arguments if arguments is not None else [
+                    "--checkpoint-id", str(run.checkpoint), "--try", str(number)]
                 tried = self.task(task, args, run, number, fault, when.get((task, number)))
                 run.tries.append(tried)
                 if tried.returncode == 0 or tried.outcome is TaskOutcome.FAIL:
@@ -210,7 +219,7 @@ class World:
                                        "('planned', 'running', 'precommitted') ORDER BY id", self.name)]
 
     def tables(self) -> Tables:
-        return actual(self.db_url, self.config)
+        return actual(self.db_url, self.config, self.servers)
 
     # -- spark-submit processes of an attempt -----------------------------------------------
 
@@ -219,6 +228,20 @@ class World:
         Spark Connect client's process."""
         wanted = f"--pipeline {self.name} --checkpoint-id {checkpoint} --attempt {attempt} --token "
         return [pid for pid, cmdline in _processes() if JOB_MARKER in cmdline and wanted in cmdline]
+
+    def signal_task(self, task: str, sig: int) -> int:
+        """Signals the one running process of a task of this world's runs (tests/faults/task.py)."""
+        wanted = f"tests.faults.task {task} --pipeline {self.name} "
+        [pid] = [pid for pid, cmdline in _processes() if wanted in cmdline + " "]
+        os.kill(pid, sig)
+        return pid
+
+    def published(self) -> list:
+        """The records of the world's deltas topic a read_committed consumer sees."""
+        return committed_records(self.servers, self.deltas_topic)
+
+    def outbox_rows(self) -> int:
+        return self.query("SELECT count(*) FROM exactly_once.outbox WHERE pipeline = %s", self.name)[0][0]
 
     def signal_attempt(self, checkpoint: int, attempt: int, sig: int) -> list[int]:
         pids = self.spark_processes(checkpoint, attempt)

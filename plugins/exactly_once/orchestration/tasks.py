@@ -184,10 +184,10 @@ def failure_record(failure: BaseException) -> tuple[str, bool]:
     return f"Spark job failed: {failure}", True
 
 
-def publish_outbox(ledger: Ledger, client: KafkaClient) -> list[Published]:
+def publish_outbox(ledger: Ledger, client: KafkaClient, **options) -> list[Published]:
     """What the pipeline's kafka sinks committed and Kafka does not have yet, published
-    (exactly_once.publishing); nothing for a pipeline without kafka sinks."""
-    published = Publisher(ledger.config, ledger.connect, client).publish()
+    (exactly_once.publishing; `options` are the Publisher's); nothing for a pipeline without kafka sinks."""
+    published = Publisher(ledger.config, ledger.connect, client, **options).publish()
     for sink in published:
         log.info("pipeline %s: %s", ledger.config.name, sink)
     return published
