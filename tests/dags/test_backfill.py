@@ -1,5 +1,5 @@
 """Backfills through Airflow's REST API with the scheduler, dag-processor, api-server and
-triggerer running: four intervals with records in each, three runs at a time, once forwards
+triggerer running: three intervals with records in each, two runs at a time, once forwards
 and once backwards (two windows of the demo pipeline) — each run's checkpoint reads exactly
 the records Kafka stamped inside its data interval, none is empty, and the tables equal the
 oracle; clearing a committed run's commit task and backfilling again with
@@ -22,7 +22,8 @@ from tests.dags.window import Api, WindowDag, next_boundary, services, wait_unti
 from tests.exactly_once_demo.oracle import assert_each_run_took_its_interval, assert_tables_equal_the_oracle, rows
 
 INTERVAL = timedelta(seconds=6)
-RUNS = 4  # intervals per backfill: one more than a backfill runs at a time
+RUNS = 3  # intervals per backfill: one more than a backfill runs at a time
+AT_A_TIME = 2  # the backfills' max_active_runs
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def windows(tmp_path, stack_env):
 
 def backfill(api: Api, first: datetime, last: datetime, **options) -> int:
     """A backfill of the window, which then runs: a paused DAG runs no backfill."""
-    created = api.backfill(first, last, **options)
+    created = api.backfill(first, last, max_active_runs=AT_A_TIME, **options)
     api.call("PATCH", f"/dags/{api.dag_id}", json={"is_paused": False})
     return created
 
@@ -67,10 +68,10 @@ def test_backfills_forwards_and_backwards_split_the_intervals_and_clearing_or_re
     after = assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
     by_run = {run_id: (state, records) for _, run_id, state, records in checkpoints(fresh_demo)}
     assert set(by_run) == set(per_run) and {state for state, _ in by_run.values()} == {"committed"}, by_run
-    # Three at a time: the last interval's run (forwards), the first one's (backwards) waits.
+    # Two at a time: the last interval's run (forwards), the first one's (backwards) waits.
     order, later_order = began_in_order_of(runs, fresh_demo), began_in_order_of(later_runs, fresh_demo)
-    assert order[3:] == sorted(r["logical_date"] for r in runs)[3:], order
-    assert later_order[3:] == sorted(r["logical_date"] for r in later_runs)[:1], later_order
+    assert order[AT_A_TIME:] == sorted(r["logical_date"] for r in runs)[AT_A_TIME:], order
+    assert later_order[AT_A_TIME:] == sorted(r["logical_date"] for r in later_runs)[:1], later_order
     spark_attempts = attempts(fresh_demo)
 
     # Clear the commit task of a committed run: it runs again, commits nothing new.
@@ -82,7 +83,8 @@ def test_backfills_forwards_and_backwards_split_the_intervals_and_clearing_or_re
     assert rows(fresh_demo) == after
 
     # Backfill the same intervals again, completed runs included: every task reruns, nothing changes.
-    again = forwards.finished_runs(forwards.backfill(start, last, reprocess="completed"), start, last)
+    again = forwards.finished_runs(forwards.backfill(start, last, reprocess="completed", max_active_runs=AT_A_TIME),
+                                   start, last)
     assert sorted(r["state"] for r in again) == ["success"] * RUNS, again
     assert rows(fresh_demo) == after
     assert attempts(fresh_demo) == spark_attempts  # no Spark job was launched

@@ -2,7 +2,9 @@
 master with two workers, and a Spark Connect server (exactly_once_stack.spark_cluster),
 each with the demo's UDF variant, whose Python code executors import only from the code
 archive the job ships, and with one fault of the mode mid-job. The tables equal the
-oracle, to the row. The other cluster faults: ./dev faults --scenarios p q r s."""
+oracle, to the row. The Connect run is a variant (./dev test -m variant): CI runs Spark
+Connect in tests/spark/test_connect_isolation.py. The other cluster faults: ./dev faults
+--scenarios p q r s."""
 
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ def test_executors_cannot_import_the_transform_without_the_shipped_archive(clust
     assert "An exception was thrown from the Python worker" in said  # on an executor, not the driver
 
 
-@pytest.fixture(params=["standalone", "connect"])
+@pytest.fixture(params=["standalone", pytest.param("connect", marks=pytest.mark.variant)])  # ./dev faults r too
 def cluster(request, clusters) -> str:
     return clusters(request.param)
 
