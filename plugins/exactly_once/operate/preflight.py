@@ -22,12 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import closing
 
-import psycopg2
 from confluent_kafka import KafkaException
-from psycopg2 import errorcodes, sql
+from psycopg2 import errorcodes
 
 from exactly_once import ddl
-from exactly_once.catalog import ColumnType, column_types
+from exactly_once.catalog import ColumnType, column_types, refuses_type
 from exactly_once.config import PipelineConfig, Sink
 from exactly_once.errors import ConfigError
 from exactly_once.ledger.kafka_offsets import KafkaOffsets, KafkaRefused
@@ -140,18 +139,15 @@ def _type_problems(cur, config: PipelineConfig, sink: Sink, columns: list[Column
         bound = ddl.bound_type(spark_type) if spark_type else None
         if bound is None:
             continue
-        cur.execute("SAVEPOINT takes")
-        try:
-            cur.execute(sql.SQL(Q["takes"]).format(table=final_table(sink), column=sql.Identifier(column.name),
-                                                   bound=sql.SQL(bound)))
-        except psycopg2.Error as refused:
-            cur.execute("ROLLBACK TO SAVEPOINT takes")
-            said = refused.diag.message_primary
-            if refused.pgcode == errorcodes.DATATYPE_MISMATCH:
-                yield Problem(where, f"is {column.type} and gets Spark {spark_type} values: PostgreSQL says "
-                                     f"{said!r}", ddl.alter_type(sink, column.name, spark_type))
-            else:  # e.g. no INSERT privilege, a generated column: PostgreSQL's words say it
-                yield Problem(where, f"cannot take the sink's values: PostgreSQL says {said!r}")
+        refused = refuses_type(cur, final_table(sink), column.name, bound)
+        if refused is None:
+            continue
+        said = refused.diag.message_primary
+        if refused.pgcode == errorcodes.DATATYPE_MISMATCH:
+            yield Problem(where, f"is {column.type} and gets Spark {spark_type} values: PostgreSQL says "
+                                 f"{said!r}", ddl.alter_type(sink, column.name, spark_type))
+        else:  # e.g. no INSERT privilege, a generated column: PostgreSQL's words say it
+            yield Problem(where, f"cannot take the sink's values: PostgreSQL says {said!r}")
 
 
 def _written_types(config: PipelineConfig, sink: Sink) -> dict[str, str]:

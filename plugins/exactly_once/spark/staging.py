@@ -16,31 +16,29 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
-import psycopg2
-from psycopg2 import sql
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from exactly_once import ddl, faults
-from exactly_once.catalog import column_types
+from exactly_once.catalog import column_types, refuses_type
 from exactly_once.config import Sink
 from exactly_once.errors import ConfigError, Permanent
 from exactly_once.ledger import trials
 from exactly_once.ledger.checkpoints import Checkpoint
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.registration import final_columns
+from exactly_once.ledger.rows import LedgerRows
 from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.frames import SetAside, attempt_frames, in_ranges, parse, with_set_aside
 from exactly_once.spark.isolation import NotIsolated, describe, narrow
-from exactly_once.sqlfiles import named
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
 log = logging.getLogger(__name__)
 
 Phase = Callable[[str], AbstractContextManager]        # times a phase of the attempt's report
-TAKES = named("preflight.sql")["takes"]
 # An upsert's next-newest row for a key may be refused once its newest is set aside.
 ISOLATION_ROUNDS = 3
 
@@ -99,11 +97,12 @@ class Staging:
         self.registry = registry  # the schema registry a record format reads from
         self.checkpoint_id, self.ranges = checkpoint.id, checkpoint.ranges
         self.config = ledger.config
-        self.columns = ledger.final_columns()
-        with ledger.rows() as rows:  # what each staging column takes, which the COPY writer renders
+        with ledger.rows() as rows:
+            self.columns = final_columns(rows)
+            # what each staging column takes, which the COPY writer renders
             self.targets = {name: {c.name: c.base for c in column_types(rows.cur, table)}
                             for name, table in rows.staging.items()}
-        self.refusing = self._may_refuse()
+            self.refusing = self._may_refuse(rows)
         self.typed: set[str] = set()  # the staging tables whose columns were found to take the frame's types
 
     def write_isolating(self, records: DataFrame, set_aside: SetAside, phase: Phase) -> tuple[int, dict[str, int]]:
@@ -198,15 +197,14 @@ class Staging:
 
     # -- on the pipeline database -------------------------------------------------------------
 
-    def _may_refuse(self) -> list[Sink]:
+    def _may_refuse(self, rows: LedgerRows) -> list[Sink]:
         """The sinks whose final tables can refuse rows that pass the row checks: a CHECK,
         foreign key or exclusion constraint, a trigger, or a unique index besides the one
         the merge conflicts on; every sink once a commit of these ranges was refused (an
         aggregate's sum beyond its column, say)."""
-        with self.ledger.rows() as rows:
-            if rows.refused_at_commit(self.checkpoint_id):  # a table refused what no trial had tried
-                return list(self.config.sinks)
-            return [sink for sink in self.config.sinks if rows.may_refuse(sink)]
+        if rows.refused_at_commit(self.checkpoint_id):  # a table refused what no trial had tried
+            return list(self.config.sinks)
+        return [sink for sink in self.config.sinks if rows.may_refuse(sink)]
 
     def _check_types(self, name: str, frame: DataFrame) -> None:
         """Each column of the staging table takes the values of the frame's Spark type as
@@ -227,14 +225,10 @@ class Staging:
                     bound = None
                 if bound is None:
                     raise ConfigError(f"sink {name}: column {field.name}: Spark {spark_type} values cannot be staged")
-                try:
-                    rows.cur.execute(sql.SQL(TAKES).format(table=table, column=sql.Identifier(field.name),
-                                                           bound=sql.SQL(bound)))
-                except psycopg2.Error as refused:
+                refused = refuses_type(rows.cur, table, field.name, bound)
+                if refused is not None:
                     raise ConfigError(f"sink {name}: column {field.name} gets Spark {spark_type} values: "
-                                      f"PostgreSQL says {refused.diag.message_primary!r}") from None
-                finally:
-                    rows.cur.connection.rollback()
+                                      f"PostgreSQL says {refused.diag.message_primary!r}")
         self.typed.add(name)
 
     def _trial_promote(self, tag: int) -> tuple[str, Exception] | None:
