@@ -105,10 +105,16 @@ def moment_after_the_last_marker() -> datetime:
     return moment
 
 
-def moment_after_every_marker_of(servers: str, topic: str, timeout: float = 30) -> datetime:
-    """`moment_after_the_last_marker` once every partition of `topic` is stable: its
-    read_committed end is its log end, so the markers of transactions committed or aborted so
-    far are written (the broker writes them after commit/abort returns, stamped when written)."""
+def moment_after_every_marker_of(servers: str, topic: str) -> datetime:
+    """`moment_after_the_last_marker` once `topic` is stable (`wait_for_markers`)."""
+    wait_for_markers(servers, topic)
+    return moment_after_the_last_marker()
+
+
+def wait_for_markers(servers: str, topic: str, timeout: float = 30) -> None:
+    """Returns once every partition of `topic` is stable: its read_committed end is its log end,
+    so the markers of the transactions committed or aborted so far are written (the broker
+    writes them after commit/abort returns, stamped when written)."""
     deadline = time.monotonic() + timeout
     while (ends := {isolation: log_ends(servers, topic, isolation)
                     for isolation in ("read_committed", "read_uncommitted")}) \
@@ -116,7 +122,6 @@ def moment_after_every_marker_of(servers: str, topic: str, timeout: float = 30) 
         if time.monotonic() > deadline:
             raise TimeoutError(f"{topic}: a transaction is still open ({ends})")
         time.sleep(0.05)
-    return moment_after_the_last_marker()
 
 
 def log_ends(servers: str, topic: str, isolation: str) -> list[int]:

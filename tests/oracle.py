@@ -206,9 +206,10 @@ def _published(cur, sink: Sink, kafka_servers: str | None) -> list[Row]:
     its latest reprocessing (header exactly_once.replaces) instead of those it replaces; a
     sink with measures, folded per key as its consumers add them up."""
     from exactly_once.publishing.publisher import CHECKPOINT_HEADER, REPLACES_HEADER
-    from tests.kafka_records import committed_records
+    from tests.kafka_records import committed_records, wait_for_markers
 
     assert kafka_servers, f"sink {sink.name} publishes to Kafka: the oracle needs the brokers to read it"
+    wait_for_markers(kafka_servers, sink.topic)  # the last publish's commit markers too
     columns = table_columns(cur, sink)
     latest: dict[int, tuple[int, list[Row]]] = {}  # per checkpoint replaced: (by checkpoint, its rows)
     for record in committed_records(kafka_servers, sink.topic):

@@ -31,13 +31,16 @@ def column_types(cur, table: sql.Identifier) -> list[ColumnType]:
 
 def refuses_type(cur, table: sql.Composable, column: str, bound: str) -> psycopg2.Error | None:
     """PostgreSQL's error if the column does not take values bound as `bound` (no assignment
-    cast, no INSERT privilege, a generated column), else None; nothing is inserted, and the
-    transaction goes on either way (sql/preflight.sql, "takes")."""
+    cast, no INSERT privilege, a generated column: SQLSTATE class 42), else None; nothing is
+    inserted, and the transaction goes on either way (sql/preflight.sql, "takes"). Any other
+    error (a lock timeout, a lost connection) is raised: it says nothing of the column."""
     cur.execute("SAVEPOINT takes")
     try:
         cur.execute(sql.SQL(named("preflight.sql")["takes"]).format(table=table, column=sql.Identifier(column),
                                                                    bound=sql.SQL(bound)))
     except psycopg2.Error as refused:
+        if not (refused.pgcode or "").startswith("42"):
+            raise
         cur.execute("ROLLBACK TO SAVEPOINT takes")
         return refused
     cur.execute("RELEASE SAVEPOINT takes")

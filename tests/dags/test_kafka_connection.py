@@ -3,9 +3,10 @@ stack points at the broker's SASL_SSL listener (SCRAM-SHA-512, a certificate of 
 private CA, `ssl.ca.location`): the planner (confluent-kafka) and Spark's Kafka source both
 log in with it and verify the broker. Mutual TLS (the SSL listener, which requires a client
 certificate) with the material inline in the connection, over Spark Connect and on
-spark-submit: variants (`./dev test -m variant`) — CI runs every Connect test over the
-stack's SASL_SSL connection, and tests/shared/test_kafka_client.py turns inline PEM into
-Spark's settings. The job's processes (command lines and environments, sampled from /proc while they
+spark-submit: variants (`./dev test -m variant`), as is Spark Connect over the stack's
+SASL_SSL connection (tests/dags/test_spark_clusters.py); CI runs Connect in
+tests/spark/test_connect_isolation.py (plaintext Kafka), and tests/shared/test_kafka_client.py
+turns inline PEM into Spark's settings. The job's processes (command lines and environments, sampled from /proc while they
 run) and the run's logs — Airflow's masking of connection fields turned off, and the Kafka
 clients logging their config at INFO — hold no password, key or key password.
 The successful SASL_SSL run's lineage (OpenLineage) is checked too."""

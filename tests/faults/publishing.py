@@ -13,6 +13,7 @@ import time
 from exactly_once_stack import kafka
 from tests.faults.findings import ORDERS, Findings, restarted_during
 from tests.faults.world import World
+from tests.kafka_records import log_ends
 
 PAUSE = 20  # seconds a paused publisher waits inside its transaction: longer than its successor's run
 
@@ -25,6 +26,8 @@ def publisher_killed_mid_transaction(world: World) -> Findings:
 
     def kill(run) -> None:
         world.signal_task("publish", signal.SIGKILL)
+        found.expect(sum(log_ends(world.servers, world.deltas_topic, "read_uncommitted")) > 0,
+                     "the killed publisher had sent no record")
         found.expect(world.published() == [], "the killed publisher's open transaction is visible")
 
     run = world.run(faults={("publish", 1): "publish.before_commit=sleep:120"},
@@ -61,18 +64,24 @@ def zombie_publisher(world: World) -> Findings:
 
 def broker_restarted_mid_publish(world: World) -> Findings:
     """v. The Kafka broker restarted while a publish task waits inside its transaction, its records sent."""
-    return restarted_during(world, "publish", "publish.before_commit", kafka, 2)
+    return restarted_during(world, "publish", "publish.before_commit", kafka, 10)  # still open when it is down
 
 
 def commit_rolled_back(world: World) -> Findings:
     """w. The commit task SIGKILLed inside its PostgreSQL transaction, its rows promoted into the
-    outbox: PostgreSQL rolls it back, nothing is publishable or published; the retry commits and publishes."""
+    outbox: PostgreSQL rolls it back; a publish task run then publishes nothing; the retry
+    commits, and the run's publish publishes."""
     found = Findings()
     world.produce(ORDERS)
 
     def kill(run) -> None:
         world.signal_task("commit", signal.SIGKILL)
-        time.sleep(1)  # the server notices the closed connection and rolls back
+        world.wait_until_unlocked(run.checkpoint)  # the killed session's transaction rolled back
+        publisher = world.task("publish", [], run, 0)  # try 0: a publisher of its own, between two tries
+        published = publisher.result and publisher.result["published"]["sku_minute_deltas"]["records"]
+        found.expect(publisher.returncode == 0 and published == 0,
+                     f"after a rolled-back commit, a publisher exited {publisher.returncode} having published "
+                     f"{published} records")
         found.expect(world.outbox_rows() == 0 and world.published() == [],
                      "a commit rolled back left rows in the outbox or records in the topic")
 

@@ -42,8 +42,9 @@ def main() -> int:
     parser.add_argument("--checkpoint-id", type=int)
     parser.add_argument("--try", dest="try_number", type=int, default=1)
     parser.add_argument("--reprocess", action="store_true", help="the run's `reprocess` parameter")
-    parser.add_argument("--transaction-timeout-ms", type=int, default=60_000, help="the publisher's")
-    parser.add_argument("--batch-rows", type=int, default=10_000, help="records per Kafka transaction of the publisher")
+    parser.add_argument("--transaction-timeout-ms", type=int, help="the publisher's (default: the Publisher's)")
+    parser.add_argument("--batch-rows", type=int, help="records per Kafka transaction of the publisher (default: "
+                                                       "the Publisher's)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -73,8 +74,8 @@ def run(args: argparse.Namespace) -> dict:
         runner = job_runner(SPARK, f"{args.pipeline} increment", ledger.config, settings)
         return {"attempt": run_increment(ledger, args.checkpoint_id, runner)}
     if args.task == "publish":
-        published = publish_outbox(ledger, settings.kafka, transaction_timeout_ms=args.transaction_timeout_ms,
-                                   batch_rows=args.batch_rows)
+        options = {"transaction_timeout_ms": args.transaction_timeout_ms, "batch_rows": args.batch_rows}
+        published = publish_outbox(ledger, settings.kafka, **{k: v for k, v in options.items() if v is not None})
         return {"published": {sink.sink: {"records": sink.records, "transactions": sink.transactions}
                               for sink in published}}
     return {"outcome": commit_checkpoint(ledger, args.checkpoint_id, args.try_number).value}

@@ -39,6 +39,8 @@ TASK_TIMEOUT = 600
 RETRY_DELAY = 3  # seconds between tries of a task (the DAG's commit task waits 5 s, then longer)
 ALL_TRIES = 0  # a fault for every try of a task
 UDF_TRANSFORM = "exactly_once_demo.pipeline:prepare_with_udf"
+
+
 @dataclass
 class Try:
     task: str
@@ -239,6 +241,21 @@ class World:
     def published(self) -> list:
         """The records of the world's deltas topic a read_committed consumer sees."""
         return committed_records(self.servers, self.deltas_topic)
+
+    def wait_until_unlocked(self, checkpoint: int, timeout: float = 30) -> None:
+        """Returns once no transaction holds the checkpoint's row (a killed task's session is gone)."""
+        deadline = time.monotonic() + timeout
+        with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur:
+            while True:
+                try:
+                    cur.execute("SELECT FROM exactly_once.checkpoints WHERE id = %s FOR UPDATE NOWAIT", (checkpoint,))
+                    conn.rollback()
+                    return
+                except psycopg2.errors.LockNotAvailable:
+                    conn.rollback()
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"checkpoint {checkpoint}: still locked after {timeout} s") from None
+                    time.sleep(0.2)
 
     def outbox_rows(self) -> int:
         return self.query("SELECT count(*) FROM exactly_once.outbox WHERE pipeline = %s", self.name)[0][0]

@@ -120,7 +120,7 @@ def test_the_python_callers_of_end_attempts_make_the_attempt_transitions_of_the_
 
 def test_every_fault_point_of_the_code_is_a_crash_point_of_the_model():
     # The publisher of kafka sinks acts after the commit, outside the ledger's protocol: its
-    # fault points are tests/publishing's.
+    # fault points are the fault matrix's rows t to x (tests/faults/publishing.py).
     code = "\n".join(p.read_text() for p in LIBRARY.rglob("*.py") if "publishing" not in p.parts)
     points = set(re.findall(r"(?:faults\.point|\bfault)\(f?\"([\w.{}]+)\"\)", code))
     in_code = {re.sub(r"\{[^}]*\}", "*", p) for p in points}

@@ -4,13 +4,16 @@ with the increment job run as the Airflow task runs it on a `spark_connect` conn
 an artifact), each become the one dead letter they become on local[2], with the same
 reason, and the rest commit exactly once. A Connect client's errors carry no py4j
 `java_exception`: isolation reads only what the server sends, where the COPY staging writer
-states PostgreSQL's SQLSTATE. Failures no record causes are still not narrowed."""
+states PostgreSQL's SQLSTATE. Failures no record causes are still not narrowed. The Connect
+server's command line and environment (sampled from /proc while the job runs) hold neither the
+job's database password nor the Kafka login's: the job's settings reach it inside the plan."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from contextlib import closing
+from urllib.parse import urlsplit
 
 import psycopg2
 import pytest
@@ -24,6 +27,8 @@ from exactly_once.spark.runners import ConnectRunner, job_runner
 from exactly_once.spark.settings import JobSettings
 from exactly_once.spark.staging import write_staging
 from exactly_once.sqlstates import record_failure
+from exactly_once_stack.settings import passwords
+from tests.dags.test_kafka_connection import Processes, assert_no_secret_in
 from tests.job_role import job_db_url
 from tests.spark.conftest import CONNECTION
 from tests.spark.poison import Orders, valid_orders
@@ -46,9 +51,13 @@ def test_each_poison_record_is_the_dead_letter_it_is_on_local_spark_and_the_rest
     poison = [(i % 3, key, value) for i, (value, key, _) in enumerate(POISON.values())]
     orders.produce(valid[:12] + poison + valid[12:])
 
-    checkpoint_id = orders.run(runner=runner)
+    with Processes(("SparkConnectServer",)) as server:  # sampled from /proc while the job runs
+        checkpoint_id = orders.run(runner=runner)
 
     assert orders.ledger.checkpoint(checkpoint_id).state is State.COMMITTED
+    # The job's database login reached the server inside the plan: not in its command line or environment.
+    assert server.seen
+    assert_no_secret_in(sorted(server.seen), "", [urlsplit(job_db_url()).password, passwords()["kafka_pipeline"]])
     orders.assert_exact()
     at = {r.value: (r.partition, r.offset) for r in orders.records}
     reasons = orders.dead_letter_reasons()
