@@ -177,6 +177,8 @@ def _server_options() -> str:
         "ssl_min_protocol_version": "TLSv1.2", "password_encryption": "scram-sha-256",
         # The socket trusts the superuser: only the server's OS user (and root) may open it.
         "unix_socket_permissions": "0700",
+        # Statement statistics, which `./dev bench --profile` reads (pg_stat_statements).
+        "shared_preload_libraries": "pg_stat_statements",
     }
     # pg_ctl runs the server through a shell: quoted for it.
     return " ".join(f"-c {shlex.quote(f'{name}={value}')}" for name, value in settings.items())

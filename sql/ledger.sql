@@ -90,8 +90,8 @@ CREATE OR REPLACE TRIGGER frozen_deletes AFTER DELETE ON {staging} REFERENCING O
     FOR EACH STATEMENT EXECUTE FUNCTION exactly_once.freeze_precommitted_staging();
 CREATE OR REPLACE TRIGGER no_updates BEFORE UPDATE ON {staging}
     FOR EACH STATEMENT EXECUTE FUNCTION exactly_once.freeze_precommitted_staging();
--- The job role inserts (sql/migrations/0011_roles_by_duty.sql).
-GRANT SELECT, INSERT ON {staging} TO exactly_once_job;
+-- The job role inserts, and reads none of it (sql/migrations/0014_job_inserts_into_staging_only.sql).
+GRANT INSERT ON {staging} TO exactly_once_job;
 
 -- name: staged_summary
 -- Row count of one attempt's staging rows. Writers only ever add rows (only the ledger

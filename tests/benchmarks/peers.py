@@ -71,7 +71,7 @@ def write_final(records: DataFrame, config: PipelineConfig, schema: str,
     parsed = parse(records, config).persist(StorageLevel.MEMORY_AND_DISK)
     frames = attempt_frames(parsed, config, columns)
     try:
-        for name, frame in frames.staging.items():
+        for name, frame in frames.staging(any_refused=frames.refused.count() > 0).items():
             table = f"{schema}.dead_letters" if name == DEAD_LETTERS else config.sink(name).table
             # An upsert sink's rows carry staging's tombstone mark, which no final table has
             # (the demo has no tombstones: it is always false).

@@ -4,6 +4,8 @@
     ./dev bench --full                  1 M and 5 M orders, then the Airflow runs
     ./dev bench --sizes 200000 --repetitions 1 --no-docs
     ./dev bench --full --sizes          the Airflow runs only
+    ./dev bench --sizes 1000000 --repetitions 1 --no-docs --profile
+                                        and where the checkpoint's time goes (profile.md beside its logs)
 
 For each size, exactly-once checkpoints phase by phase, beside the limits they are
 compared with and the at-least-once and Structured Streaming peers, each repetition
@@ -201,6 +203,9 @@ def main() -> int:
     parser.add_argument("--intervals", type=int, default=10, help="intervals of the Airflow backfill (--full)")
     parser.add_argument("--no-airflow", action="store_true", help="with --full: without the runs through Airflow")
     parser.add_argument("--no-docs", action="store_true", help="do not write the documentation's Performance page")
+    parser.add_argument("--profile", action="store_true",
+                        help="also write where each checkpoint's time goes (its Spark event log, PostgreSQL's "
+                             "statements) to profile.md beside its logs")
     args = parser.parse_args()
     sizes = args.sizes if args.sizes is not None else FULL if args.full else QUICK
     airflow = args.full and not args.no_airflow
@@ -216,7 +221,8 @@ def main() -> int:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         results = []
         for size in sizes:
-            results.append(throughput.measure(size, servers, db_url, ARTIFACTS, args.repetitions))
+            results.append(throughput.measure(size, servers, db_url, ARTIFACTS, args.repetitions,
+                                              args.profile))
             print(throughput_table(results[-1:]), flush=True)
         figures = None if not airflow else airflow_runs.measure(servers, db_url, ARTIFACTS, args.intervals)
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +24,14 @@ class SparkRun:
     report: dict          # what the application wrote to its --report file
 
 
-def submit(application: Path, arguments: list[str], log: Path) -> SparkRun:
-    """Runs the application with `--report <file>` appended; raises with the log's tail if it fails."""
+def submit(application: Path, arguments: list[str], log: Path, conf: Mapping[str, str] | None = None) -> SparkRun:
+    """Runs the application with `--report <file>` appended, and Spark settings `conf`;
+    raises with the log's tail if it fails."""
     report = log.with_suffix(".json")
     report.unlink(missing_ok=True)
-    command = ["spark-submit", "--master", SPARK_MASTER, str(application), *arguments, "--report", str(report)]
+    settings = [f"--conf={name}={value}" for name, value in (conf or {}).items()]
+    command = ["spark-submit", "--master", SPARK_MASTER, *settings, str(application), *arguments,
+               "--report", str(report)]
     peaks = {"java": 0, "python": 0}
     started = time.perf_counter()
     with log.open("wb") as out:
@@ -71,13 +75,14 @@ def _high_water_mark(pid: int) -> tuple[str, int]:
     return kind, int(fields.get("VmHWM", "0 kB").split()[0]) * 1024
 
 
-def increment_job(job: Path, settings: Path, log: Path, runs: list[SparkRun]):
+def increment_job(job: Path, settings: Path, log: Path, runs: list[SparkRun], conf: Mapping[str, str] | None = None):
     """An `execute` for `tasks.run_increment`: the increment job submitted with its settings
-    file, its run kept in `runs`, what it staged returned for the task to pre-commit."""
+    file (and Spark settings `conf`), its run kept in `runs`, what it staged returned for the
+    task to pre-commit."""
     from exactly_once.spark.report import AttemptReport
 
     def execute(arguments: list[str]) -> AttemptReport:
-        run = submit(job, [*arguments, "--settings", str(settings)], log)
+        run = submit(job, [*arguments, "--settings", str(settings)], log, conf)
         runs.append(run)
         return AttemptReport(**run.report)
     return execute

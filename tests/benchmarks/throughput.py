@@ -26,7 +26,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import psycopg2
 from psycopg2 import sql
+from psycopg2.extensions import parse_dsn
 
 from exactly_once import faults
 from exactly_once.connections import PIPELINE_DB_JOB, pipeline_db_url
@@ -48,7 +49,7 @@ from exactly_once.spark.settings import JobSettings
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import produce
 from exactly_once_stack.settings import ROOT
-from tests.benchmarks import copies
+from tests.benchmarks import copies, profiling
 from tests.benchmarks.copies import Q
 from tests.benchmarks.spark_app import SparkRun, increment_job, submit
 
@@ -122,8 +123,9 @@ def rotated(repetition: int) -> tuple[str, ...]:
 class Bench:
     """One repetition's pipeline over the size's topic: names, tables, and what it runs."""
 
-    def __init__(self, orders: int, repetition: int, servers: str, db_url: str, folder: Path):
+    def __init__(self, orders: int, repetition: int, servers: str, db_url: str, folder: Path, profile: bool = False):
         self.orders, self.repetition, self.servers, self.db_url = orders, repetition, servers, db_url
+        self.profile = profile  # its Spark event log and PostgreSQL statements (tests/benchmarks/profiling.py)
         self.topic = f"bench_{orders}"
         self.name = f"bench_{orders}_{repetition}"
         self.folder = folder / self.name
@@ -199,8 +201,11 @@ class Bench:
         jobs = []
         # As IncrementOperator hands them over: the job role's database connection.
         settings = JobSettings(pipeline_db_url(PIPELINE_DB_JOB), KafkaClient.at(self.servers))
-        with Stopwatch() as increment, settings.written() as settings_file:
-            submitted = increment_job(JOB, settings_file, self.folder / "increment.log", jobs)
+        event_logs, statements = self.folder / "event-logs", {}
+        conf = profiling.event_log_conf(event_logs) if self.profile else None
+        with self.profiling(statements, "the increment task"), Stopwatch() as increment, \
+                settings.written() as settings_file:
+            submitted = increment_job(JOB, settings_file, self.folder / "increment.log", jobs, conf)
 
             def job_then_mark(arguments: list[str]) -> AttemptReport:
                 report = submitted(arguments)
@@ -209,13 +214,18 @@ class Bench:
             tasks.run_increment(self.ledger, checkpoint_id, job_then_mark)
         pre_commit = self.marks["pre_commit.before_commit"] - self.marks["job_ended"]
         staged = self.save_staging(checkpoint_id)
-        with Stopwatch() as commit:
+        with self.profiling(statements, "the commit task"), Stopwatch() as commit:
             outcome = tasks.commit_checkpoint(self.ledger, checkpoint_id, try_number=1)
+        if self.profile:
+            profiling.write_profile(self.folder / "profile.md", event_logs, statements)
         if outcome is not Outcome.COMMITTED:
             raise AssertionError(f"{self.name}: checkpoint {checkpoint_id} {outcome}")
         transaction = self.marks["commit.before_clean_up"] - commit.started
         return (jobs[0], increment.seconds - jobs[0].seconds - pre_commit, pre_commit, transaction,
                 commit.seconds - transaction, staged)
+
+    def profiling(self, into: dict[str, str], part: str) -> AbstractContextManager:
+        return profiling.statements(parse_dsn(self.db_url)["dbname"], into, part) if self.profile else nullcontext()
 
     def save_staging(self, checkpoint_id: int) -> dict[str, int]:
         """Each staging table's rows of the checkpoint into a file (between pre-commit and
@@ -294,7 +304,8 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self.started
 
 
-def measure(orders: int, servers: str, db_url: str, folder: Path, repetitions: int) -> Throughput:
+def measure(orders: int, servers: str, db_url: str, folder: Path, repetitions: int,
+            profile: bool = False) -> Throughput:
     topic = f"bench_{orders}"
     copies.delete_topic(servers, topic)
     try:
@@ -302,7 +313,7 @@ def measure(orders: int, servers: str, db_url: str, folder: Path, repetitions: i
             produce(servers, orders, seed=orders, topic=topic, per_transaction=PER_TRANSACTION)
         done = []
         for repetition in range(repetitions):
-            bench = Bench(orders, repetition, servers, db_url, folder)
+            bench = Bench(orders, repetition, servers, db_url, folder, profile)
             try:
                 done.append(bench.run())
             finally:

@@ -22,7 +22,6 @@ from pyspark.sql import functions as F
 
 from exactly_once.db import jdbc_options
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.checkpoints import State
 from exactly_once.spark.runners import ConnectRunner, job_runner
 from exactly_once.spark.settings import JobSettings
 from exactly_once.spark.staging import write_staging
@@ -31,8 +30,8 @@ from exactly_once_stack.settings import passwords
 from tests.dags.test_kafka_connection import Processes, assert_no_secret_in
 from tests.job_role import job_db_url
 from tests.spark.conftest import CONNECTION
-from tests.spark.poison import Orders, valid_orders
-from tests.spark.test_poison import POISON
+from tests.spark.poison import Orders
+from tests.spark.test_poison import POISON, assert_each_poison_record_is_its_dead_letter, produce_poison_among_valid
 
 
 @pytest.fixture
@@ -47,22 +46,15 @@ def test_each_poison_record_is_the_dead_letter_it_is_on_local_spark_and_the_rest
     runner = job_runner(CONNECTION, f"{orders.config.name} increment", orders.config,
                         JobSettings(job_db_url(), KafkaClient.at(orders.servers)))
     assert isinstance(runner, ConnectRunner)
-    valid = valid_orders(0, 24)
-    poison = [(i % 3, key, value) for i, (value, key, _) in enumerate(POISON.values())]
-    orders.produce(valid[:12] + poison + valid[12:])
+    produce_poison_among_valid(orders)
 
     with Processes(("SparkConnectServer",)) as server:  # sampled from /proc while the job runs
         checkpoint_id = orders.run(runner=runner)
 
-    assert orders.ledger.checkpoint(checkpoint_id).state is State.COMMITTED
+    assert_each_poison_record_is_its_dead_letter(orders, checkpoint_id)
     # The job's database login reached the server inside the plan: not in its command line or environment.
     assert server.seen
     assert_no_secret_in(sorted(server.seen), "", [urlsplit(job_db_url()).password, passwords()["kafka_pipeline"]])
-    orders.assert_exact()
-    at = {r.value: (r.partition, r.offset) for r in orders.records}
-    reasons = orders.dead_letter_reasons()
-    assert {case: reasons.get(at[value]) for case, (value, _, _) in POISON.items()} == \
-        {case: reason and reason.format(schema=orders.config.name) for case, (_, _, reason) in POISON.items()}
 
 
 @pytest.fixture

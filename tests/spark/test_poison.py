@@ -4,20 +4,28 @@ column (or the transform), the valid records commit exactly once, and nothing st
 
 from __future__ import annotations
 
+import json
 import secrets
 from contextlib import closing
 
 import psycopg2
 import pytest
 
+from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import State
 from exactly_once.ledger.refusals import PromotionRefused
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_error
 from exactly_once.spark.increment import offsets_per_task
+from exactly_once.spark.runners import job_runner
+from exactly_once.spark.settings import JobSettings
+from exactly_once_stack import spark_cluster
+from exactly_once_stack.settings import spark_connection
+from tests.job_role import job_db_url
 from tests.spark.poison import TRANSFORM, Orders, order, valid_orders
 
 NUL = "\u0000"
+STANDALONE = "spark_poison_standalone"  # the Airflow connection the standalone test gives the job's Spark
 # case: (value, key, expected reason; None for a record that commits)
 POISON = {
     "NUL in a string field": (order("nul-note", note=f"a{NUL}b"), b"k", "sink orders: column note: contains NUL (0x00)"),
@@ -49,19 +57,48 @@ def orders(ledger_db, kafka_servers, topic) -> Orders:
                   bad=frozenset(value for value, _, reason in POISON.values() if reason is not None))
 
 
-def test_each_poison_record_is_one_dead_letter_naming_sink_and_column_and_the_rest_commits(spark, orders):
+def produce_poison_among_valid(orders: Orders) -> None:
     valid = valid_orders(0, 24)
     poison = [(i % 3, key, value) for i, (value, key, _) in enumerate(POISON.values())]
     orders.produce(valid[:12] + poison + valid[12:])
 
-    checkpoint_id = orders.run(spark)
 
+def assert_each_poison_record_is_its_dead_letter(orders: Orders, checkpoint_id: int) -> None:
+    """The checkpoint committed the valid records exactly once, and each poison record is
+    the one dead letter with its case's reason."""
     assert orders.ledger.checkpoint(checkpoint_id).state is State.COMMITTED
     orders.assert_exact()
     at = {r.value: (r.partition, r.offset) for r in orders.records}
     reasons = orders.dead_letter_reasons()
     assert {case: reasons.get(at[value]) for case, (value, _, _) in POISON.items()} == \
         {case: reason and reason.format(schema=orders.config.name) for case, (_, _, reason) in POISON.items()}
+
+
+def test_each_poison_record_is_one_dead_letter_naming_sink_and_column_and_the_rest_commits(spark, orders):
+    produce_poison_among_valid(orders)
+
+    checkpoint_id = orders.run(spark)
+
+    assert_each_poison_record_is_its_dead_letter(orders, checkpoint_id)
+
+
+@pytest.mark.variant
+def test_each_poison_record_is_the_same_dead_letter_on_a_standalone_cluster(orders, monkeypatch):
+    """The job spark-submitted to the stack's standalone master (and its worker's executor),
+    as the Airflow task submits it: the COPY writer and the row checks run in the executor's
+    JVM and Python workers, apart from the driver."""
+    started = spark_cluster.start("standalone")
+    try:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{STANDALONE.upper()}", json.dumps(spark_connection("standalone")))
+        runner = job_runner(STANDALONE, f"{orders.config.name} increment", orders.config,
+                            JobSettings(job_db_url(), KafkaClient.at(orders.servers)))
+        produce_poison_among_valid(orders)
+
+        checkpoint_id = orders.run(runner=runner)
+
+        assert_each_poison_record_is_its_dead_letter(orders, checkpoint_id)
+    finally:
+        spark_cluster.stop_named(started)
 
 
 def test_a_promotion_refused_at_commit_sends_the_checkpoint_back_and_the_next_run_dead_letters_the_record(

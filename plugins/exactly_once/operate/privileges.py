@@ -1,10 +1,10 @@
 """Whether each pipeline database connection holds the rights of its duty, and no more
-(README, "Roles by duty"; the grants are sql/migrations/0011_roles_by_duty.sql's):
+(README, "Roles by duty"; the grants are sql/migrations/0011_roles_by_duty.sql's and 0014's):
 
 - `pipeline_db`, the commit role (the tasks): reads and writes the ledger and the final tables;
 - `pipeline_db_job`, the job role (the Spark job): reads the ledger, inserts into staging,
   runs the two staging functions; nothing on a final table, no write to the ledger, no
-  UPDATE or DELETE of staging;
+  SELECT, UPDATE or DELETE of staging;
 - `pipeline_db_read`, the read role (status, the pipelines view), where it is defined: reads
   the ledger; nothing on staging or a final table.
 
@@ -69,9 +69,9 @@ def duties(config: PipelineConfig) -> dict[str, Duty]:
     return {
         PIPELINE_DB: Duty("the commit role", _each(final, ("SELECT", "INSERT", "UPDATE", "DELETE"))
                           + _each(written, ("SELECT", "INSERT", "UPDATE", "DELETE")), (), may_be_superuser=True),
-        PIPELINE_DB_JOB: Duty("the job role", _each(job_reads, ("SELECT",)) + _each(staging, ("SELECT", "INSERT")),
+        PIPELINE_DB_JOB: Duty("the job role", _each(job_reads, ("SELECT",)) + _each(staging, ("INSERT",)),
                               _each(final, ("SELECT", *WRITES)) + _each(written, WRITES)
-                              + _each(staging, ("UPDATE", "DELETE", "TRUNCATE"))
+                              + _each(staging, ("SELECT", "UPDATE", "DELETE", "TRUNCATE"))
                               + _each(contributions, ("SELECT", *WRITES)),
                               JOB_FUNCTIONS, tuple(dict.fromkeys(schema for schema, _ in final))),
         PIPELINE_DB_READ: Duty("the read role", _each(ledger, ("SELECT",)),

@@ -140,9 +140,18 @@ def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig
 
 @dataclass(frozen=True)
 class AttemptFrames:
-    staging: dict[str, DataFrame]   # what each sink stages, and the dead letters under DEAD_LETTERS
+    sinks: dict[str, DataFrame]     # what each sink stages
+    unparsed: DataFrame             # the dead letters of records that do not parse or fit, or are set aside
+    refused_letters: DataFrame      # the dead letters of records a sink table would refuse
     bad: DataFrame                  # where and why records are bad (not those set aside): for `fail`
     refused: DataFrame              # cached: unpersist when the frames are written
+
+    def staging(self, any_refused: bool) -> dict[str, DataFrame]:
+        """Every sink's frame and the dead letters under DEAD_LETTERS. Without refusals the
+        dead letters skip the join of every record with the (empty) refusals: a scan of the
+        whole attempt for nothing."""
+        letters = self.unparsed.unionByName(self.refused_letters) if any_refused else self.unparsed
+        return {DEAD_LETTERS: letters, **self.sinks}
 
 
 def attempt_frames(parsed: DataFrame, config: PipelineConfig,
@@ -166,8 +175,7 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
            .unionByName(refused.select(*(F.col(c).alias(r) for c, r in zip(COORDINATES, ("topic", "partition",
                                                                                           "offset"))), "reason")))
     return AttemptFrames(
-        {DEAD_LETTERS: unparsed.select(*letter).unionByName(refused_raw.select(*letter)),
-         **{sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
-                                                  [c.name for c in columns[sink.name]])
-            for sink in config.sinks}},
-        bad, refused)
+        {sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
+                                               [c.name for c in columns[sink.name]])
+         for sink in config.sinks},
+        unparsed.select(*letter), refused_raw.select(*letter), bad, refused)

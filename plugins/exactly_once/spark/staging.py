@@ -32,7 +32,7 @@ from exactly_once.ledger.registration import final_columns
 from exactly_once.ledger.rows import LedgerRows
 from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
-from exactly_once.spark.frames import SetAside, attempt_frames, in_ranges, parse, with_set_aside
+from exactly_once.spark.frames import AttemptFrames, SetAside, attempt_frames, in_ranges, parse, with_set_aside
 from exactly_once.spark.isolation import NotIsolated, describe, narrow
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
@@ -151,10 +151,12 @@ class Staging:
         some; `_Refused` says which sink refused them. A probe (a few records) writes no
         dead letters, each sink in one Spark task."""
         frames = attempt_frames(parsed, self.config, self.columns)
-        staging = {name: frame.coalesce(1) if probing else frame for name, frame in frames.staging.items()
-                   if not (probing and name == DEAD_LETTERS)}
         written = {}
         try:
+            if probing:
+                staging = {name: frame.coalesce(1) for name, frame in frames.sinks.items()}
+            else:
+                staging = frames.staging(any_refused=self._refusals(frames) > 0)
             if self.config.on_bad_record == "fail":
                 first = frames.bad.limit(5).collect()
                 if first:
@@ -178,6 +180,14 @@ class Staging:
                 sink, error = refused
                 raise _Refused(sink, error, self.config.transform) from error
         return written
+
+    def _refusals(self, frames: AttemptFrames) -> int:
+        """How many records a sink table would refuse: the refusals computed (and cached, for
+        every sink's write), by the transform and the row checks; `_Refused` if they fail."""
+        try:
+            return frames.refused.count()
+        except Exception as error:
+            raise _Refused(DEAD_LETTERS, error, self.config.transform) from error
 
     def probe(self, parsed: DataFrame) -> str | None:
         """Why these records fail to stage or promote, or None; leaves nothing staged."""
