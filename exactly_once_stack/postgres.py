@@ -55,6 +55,7 @@ hostssl  pipeline  pipeline,pipeline_job,pipeline_read  127.0.0.1/32  scram-sha-
 hostssl  airflow   airflow                              127.0.0.1/32  scram-sha-256
 """
 DATABASES = ("pipeline", "airflow")
+PRELOADED = "pg_stat_statements"  # shared_preload_libraries
 # Group roles (NOLOGIN) that hold a duty's rights, granted by the migrations; a login role per duty.
 GROUP_ROLES = ("exactly_once_job", "exactly_once_read")
 LOGIN_ROLES = {"pipeline_job": "exactly_once_job", "pipeline_read": "exactly_once_read"}
@@ -155,16 +156,18 @@ def _configure() -> None:
     _give_to_owner(HBA)
 
 
-def _serves_tls_as_configured() -> bool:
-    """The running server has SSL on, this checkout's pg_hba.conf and the current certificate."""
+def _runs_as_configured() -> bool:
+    """The running server has SSL on, this checkout's pg_hba.conf and the current
+    certificate, and preloads what the server options name."""
     try:
         with closing(connect_admin()) as conn, conn.cursor() as cur:
-            cur.execute("SHOW ssl")
-            ssl_on = cur.fetchone()[0] == "on"
+            cur.execute("SELECT current_setting('ssl') = 'on', current_setting('shared_preload_libraries') = %s",
+                        (PRELOADED,))
+            ssl_on, preloads = cur.fetchone()
     except psycopg2.OperationalError:
         return False
     current = TLS.certificate("postgres")
-    return (ssl_on and HBA.exists() and HBA.read_text() == HBA_RULES and SERVER_CERT.exists()
+    return (ssl_on and preloads and HBA.exists() and HBA.read_text() == HBA_RULES and SERVER_CERT.exists()
             and current.exists() and SERVER_CERT.read_bytes() == current.read_bytes())
 
 
@@ -177,8 +180,9 @@ def _server_options() -> str:
         "ssl_min_protocol_version": "TLSv1.2", "password_encryption": "scram-sha-256",
         # The socket trusts the superuser: only the server's OS user (and root) may open it.
         "unix_socket_permissions": "0700",
-        # Statement statistics, which `./dev bench --profile` reads (pg_stat_statements).
-        "shared_preload_libraries": "pg_stat_statements",
+        # Statement statistics for `./dev bench --profile` (tests/benchmarks/profiling.py), which
+        # turns tracking on for the pipeline database while it profiles: off otherwise.
+        "shared_preload_libraries": PRELOADED, "pg_stat_statements.track": "none",
     }
     # pg_ctl runs the server through a shell: quoted for it.
     return " ".join(f"-c {shlex.quote(f'{name}={value}')}" for name, value in settings.items())
@@ -187,10 +191,11 @@ def _server_options() -> str:
 def start() -> bool:
     """Starts the server (initialising it first if needed), its roles and databases made if
     missing. False if it already ran as this checkout configures it; a server that runs
-    without TLS (started by an older checkout) is stopped and started again."""
+    without TLS or the preloaded library (started by an older checkout) is stopped and
+    started again."""
     tls.ensure(TLS)  # the stack's CA and the server's certificate, made if missing or due for renewal
     if pid() is not None:
-        if _serves_tls_as_configured():
+        if _runs_as_configured():
             _create_databases()  # roles a newer checkout adds, on a server that already runs
             return False
         stop()

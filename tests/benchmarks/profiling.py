@@ -14,6 +14,8 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from psycopg2 import sql
+
 from exactly_once_stack import postgres
 
 STATEMENTS = 12  # the heaviest, per part of the checkpoint
@@ -96,15 +98,24 @@ def timeline_table(executions: list[Execution]) -> str:
 
 @contextmanager
 def statements(database: str, into: dict[str, str], part: str) -> Iterator[None]:
-    """The server's statement statistics over the block, as a table into `into[part]`."""
+    """The database's statement statistics over the block, as a table into `into[part]`.
+    The stack's server tracks no statement but here: the database's sessions opened in the
+    block do (the job's, the tasks')."""
     with closing(postgres.connect_admin(database)) as conn, conn.cursor() as cur:
         conn.autocommit = True
         cur.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        cur.execute("SELECT pg_stat_statements_reset()")
-        yield
+        tracked = sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track = {}").format(sql.Identifier(database),
+                                                                                      sql.Literal("top"))
+        cur.execute(tracked)
+        try:
+            cur.execute("SELECT pg_stat_statements_reset()")
+            yield
+        finally:
+            cur.execute(sql.SQL("ALTER DATABASE {} RESET pg_stat_statements.track").format(sql.Identifier(database)))
         cur.execute("SELECT r.rolname, s.calls, s.total_exec_time / 1000, s.rows, left(regexp_replace(s.query, "
                     "'\\s+', ' ', 'g'), 110) FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid "
-                    "WHERE s.query NOT LIKE '%%pg_stat_statements%%' ORDER BY s.total_exec_time DESC LIMIT %s",
+                    "WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                    "AND s.query NOT LIKE '%%pg_stat_statements%%' ORDER BY s.total_exec_time DESC LIMIT %s",
                     (STATEMENTS,))
         lines = ["| role | calls | seconds | rows | statement |", "|---|---:|---:|---:|---|"]
         lines += [f"| {role} | {calls} | {seconds:.2f} | {rows} | `{text.replace('|', '¦')}` |"

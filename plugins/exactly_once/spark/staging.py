@@ -153,16 +153,16 @@ class Staging:
         frames = attempt_frames(parsed, self.config, self.columns)
         written = {}
         try:
-            if probing:
-                staging = {name: frame.coalesce(1) for name, frame in frames.sinks.items()}
-            else:
-                staging = frames.staging(any_refused=self._refusals(frames) > 0)
             if self.config.on_bad_record == "fail":
                 first = frames.bad.limit(5).collect()
                 if first:
                     raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
                                      f"{self.checkpoint_id} read "
                                      + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
+            if probing:
+                staging = {name: frame.coalesce(1) for name, frame in frames.sinks.items()}
+            else:
+                staging = frames.staging(any_refused=self._refusals(frames) > 0)
             for name, frame in staging.items():  # every table before any row is written
                 self._check_types(name, frame)
             for name, frame in staging.items():
