@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from exactly_once_demo.produce import MALFORMED_EVERY, POISON_EVERY
-from tests.benchmarks import run, throughput
+from exactly_once_demo.produce import MALFORMED_EVERY, POISON_EVERY, produce
+from tests.benchmarks import isolation, run, throughput
 
 ORDERS = 3000  # one Kafka transaction (committed)
 BAD = sum(1 for i in range(ORDERS) if i % MALFORMED_EVERY == MALFORMED_EVERY - 1 or i % POISON_EVERY == POISON_EVERY - 1)
@@ -29,6 +29,19 @@ def test_a_small_run_measures_the_checkpoint_its_limits_and_its_peers(kafka_serv
     assert 0 < repetition.end_to_end - repetition.spark_start_stop < repetition.end_to_end
     table = run.throughput_table([result])
     assert "| 3,000 orders |" in table and "nan" not in table
+
+
+def test_the_isolation_benchmark_sets_aside_exactly_the_order_its_transform_raises_on(kafka_servers, ledger_db,
+                                                                                      tmp_path, topic):
+    raising = isolation.raising_at(ORDERS, 1)
+    assert len(raising) == 1 and not raising & {i for i in range(ORDERS) if i % MALFORMED_EVERY == MALFORMED_EVERY - 1
+                                                or i % POISON_EVERY == POISON_EVERY - 1}
+    produce(kafka_servers, ORDERS, topic=topic, per_transaction=throughput.PER_TRANSACTION,
+            encoded=isolation.raising_orders(raising))
+    # the run raises unless the transform's dead letters are exactly the raising order
+    figures = isolation.checkpoint(1, topic, 0, kafka_servers, ledger_db, tmp_path)
+    assert figures["isolate"] > 0 and 0 < figures["probes"] <= 2 * 12  # a bisection of 3,003 offsets (markers too)
+    assert "| · isolating (s) |" in isolation.table(ORDERS, {0: [figures], 1: [figures]})
 
 
 def test_repetitions_rotate_which_job_runs_first():

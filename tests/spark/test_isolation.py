@@ -39,6 +39,14 @@ def test_narrow_finds_exactly_the_failing_offsets_with_their_reasons():
     assert len(calls) < 60  # a bisection, not a probe per offset (107 offsets)
 
 
+def test_a_half_is_not_probed_when_its_sibling_passes_for_the_failure_is_then_in_it():
+    calls = []
+    found = narrow([OffsetRange("t", 0, 0, 1024)], prober({(0, 1000): "bad"}, calls))
+    assert found == {OffsetRange("t", 0, 1000, 1001): "bad"}
+    assert [OffsetRange("t", 0, 0, 512)] in calls and [OffsetRange("t", 0, 512, 1024)] not in calls
+    assert len(calls) < 2 * 10  # both halves of each of log2(1024) parts were probed before
+
+
 def test_a_failure_no_single_record_reproduces_isolates_nothing():
     assert narrow(RANGES, lambda part: "fails" if size(part) > 50 else None) == {}
 

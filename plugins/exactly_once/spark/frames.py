@@ -124,9 +124,14 @@ def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str
     return rows.withColumn(_REFUSED, first_refusal(checks))
 
 
+def refused_rows(checked: DataFrame) -> DataFrame:
+    """The rows a sink table would refuse: their record's coordinates and why."""
+    return checked.where(F.col(_REFUSED).isNotNull()).select(*COORDINATES, _REFUSED)
+
+
 def _refused(checked: DataFrame) -> DataFrame:
     """Per record a row of which a sink table would refuse: its coordinates and why."""
-    return checked.where(F.col(_REFUSED).isNotNull()).groupBy(*COORDINATES).agg(F.min(_REFUSED).alias("reason"))
+    return refused_rows(checked).groupBy(*COORDINATES).agg(F.min(_REFUSED).alias("reason"))
 
 
 def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig, sink) -> DataFrame:

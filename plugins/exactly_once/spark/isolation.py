@@ -51,32 +51,41 @@ def halves(ranges: Sequence[OffsetRange]) -> tuple[list[OffsetRange], list[Offse
 def narrow(failing: Sequence[OffsetRange], probe: Probe, max_isolated: int = MAX_ISOLATED,
            max_probes: int = MAX_PROBES) -> dict[OffsetRange, str]:
     """The single offsets (one-offset ranges) whose records fail on their own, with why,
-    found by bisecting `failing` (known to fail as a whole). Each record's probe is on its
-    own, so a failure that needs two records together (two rows of one checkpoint breaking
-    a unique constraint) finds none of them: the caller says so. `NotIsolated` beyond the limits."""
+    found by bisecting `failing` (known to fail as a whole). When a failing part's first half
+    passes, its second half is not probed but split at once: if single records fail, one is
+    there. Each record's probe is on its own, so a failure that needs two records together
+    (two rows of one checkpoint breaking a unique constraint) finds none of them: the caller
+    says so. `NotIsolated` beyond the limits."""
     found: dict[OffsetRange, str] = {}
     probes = 0
 
-    def visit(part: list[OffsetRange]) -> None:
+    def ask(part: list[OffsetRange]) -> str | None:
         nonlocal probes
-        for half in halves(part):
-            half = [r for r in half if r.size]
-            if not half:
-                continue
-            probes += 1
-            if probes > max_probes:
-                raise NotIsolated(f"records not isolated within {max_probes} probes; found so far: "
-                                  + describe(found))
-            why = probe(half)
-            if why is None:
-                continue
-            if size(half) > 1:
-                visit(half)
-                continue
-            found[half[0]] = why
-            if len(found) > max_isolated:
-                raise NotIsolated(f"more than {max_isolated} records fail on their own, so the cause is not in a "
-                                  "few records: " + describe(found))
+        probes += 1
+        if probes > max_probes:
+            raise NotIsolated(f"records not isolated within {max_probes} probes; found so far: " + describe(found))
+        return probe(part)
+
+    def failed(part: list[OffsetRange], why: str) -> None:
+        if size(part) > 1:
+            visit(part)
+            return
+        found[part[0]] = why
+        if len(found) > max_isolated:
+            raise NotIsolated(f"more than {max_isolated} records fail on their own, so the cause is not in a "
+                              "few records: " + describe(found))
+
+    def visit(part: list[OffsetRange]) -> None:
+        first, second = ([r for r in half if r.size] for half in halves(part))
+        why = ask(first) if first else None  # a checkpoint of one offset has no first half
+        if why is not None:
+            failed(first, why)
+        elif size(second) > 1:  # the part failed and its first half passes
+            visit(second)
+            return
+        why = ask(second)
+        if why is not None:
+            failed(second, why)
 
     visit([r for r in failing if r.size])
     return found

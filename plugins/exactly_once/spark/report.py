@@ -26,9 +26,12 @@ class AttemptReport:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        """Times a phase; a phase run again (a write after isolation) adds to its seconds."""
         started = time.monotonic()
-        yield
-        self.seconds[name] = round(time.monotonic() - started, 3)
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 3)
 
 
 def write_report(path: Path, report: AttemptReport) -> None:

@@ -4,9 +4,10 @@ Each sink's rows and the dead letters are appended from the executors with Postg
 COPY, tagged (checkpoint, attempt). Where a final table can refuse rows the row checks pass (a CHECK
 constraint, a trigger, a foreign key: `Ledger.may_refuse`), the staged rows are then
 promoted on trial and rolled back, so a refusal is found before pre-commit. A write or
-trial that fails because of some records is narrowed down to them by probes — a part of
-the ranges staged under a probe tag, tried, deleted — and the attempt is written again
-with them set aside as dead letters carrying the failure's own message.
+trial that fails because of some records is narrowed down to them by probes, each the step
+that failed (the transform and row checks; one table's COPY; one sink's trial) on a part of
+the ranges, what it staged under a probe tag then deleted; the attempt is written again with
+them set aside as dead letters carrying the failure's own message.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation
@@ -32,15 +34,14 @@ from exactly_once.ledger.registration import final_columns
 from exactly_once.ledger.rows import LedgerRows
 from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
-from exactly_once.spark.frames import AttemptFrames, SetAside, attempt_frames, in_ranges, parse, with_set_aside
+from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, checked_rows, in_ranges, parse,
+                                       refused_rows, with_set_aside)
 from exactly_once.spark.isolation import NotIsolated, describe, narrow
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
 log = logging.getLogger(__name__)
 
 Phase = Callable[[str], AbstractContextManager]        # times a phase of the attempt's report
-# An upsert's next-newest row for a key may be refused once its newest is set aside.
-ISOLATION_ROUNDS = 3
 
 
 class BadRecords(Permanent):
@@ -73,20 +74,34 @@ def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], targets
     return written.get["rows"]
 
 
-class _Refused(Exception):
-    """A sink's write or trial promotion failed; `reason` says why if a record can have
-    caused it (the sink, or the transform for a Python error), else it is None."""
+@dataclass(frozen=True)
+class Step:
+    """A step of an attempt's write, which a probe repeats on a part of the records: the
+    transform and the row checks (no table), a table's COPY, or a sink's trial promotion."""
 
-    def __init__(self, sink: str, error: BaseException, transform: str | None):
+    table: str | None = None  # a sink's name, or DEAD_LETTERS
+    trial: bool = False
+
+
+ROWS = Step()
+
+
+class _Refused(Exception):
+    """A step of the write failed; `reason` says why if a record can have caused it (the
+    transform, for a Python error or any error computing the rows; else the sink), else it
+    is None."""
+
+    def __init__(self, sink: str, error: BaseException, transform: str | None, step: Step):
         super().__init__(f"sink {sink}: {error}")
+        self.step = step
         failure = record_failure(error)
         if failure is None:
             self.reason = None
         else:
             state, message = failure
             message = message.replace("\x00", "\\x00")  # a dead letter's reason is text: no NUL
-            self.reason = f"transform {transform}: {message}" if raised_by_user_code(state) else \
-                f"sink {sink}: {message}"
+            by_transform = transform is not None and (raised_by_user_code(state) or step == ROWS)
+            self.reason = f"transform {transform}: {message}" if by_transform else f"sink {sink}: {message}"
 
 
 class Staging:
@@ -104,6 +119,10 @@ class Staging:
                             for name, table in rows.staging.items()}
             self.refusing = self._may_refuse(rows)
         self.typed: set[str] = set()  # the staging tables whose columns were found to take the frame's types
+        # Each isolation finds the records that fail at one step: the transform and row checks,
+        # a table's COPY (the sinks' and the dead letters'), a sink's trial. And an upsert's
+        # next-newest row may be refused once its newest is set aside.
+        self.rounds = 2 * len(self.config.sinks) + 4
 
     def write_isolating(self, records: DataFrame, set_aside: SetAside, phase: Phase) -> tuple[int, dict[str, int]]:
         """Stages the records' rows; returns how many records there are and the rows written per sink."""
@@ -112,7 +131,7 @@ class Staging:
             parsed = parse(records, self.config, self.registry).persist(StorageLevel.MEMORY_AND_DISK)
             count = parsed.count()
         try:
-            for _ in range(ISOLATION_ROUNDS):
+            for _ in range(self.rounds):
                 try:
                     faults.point("increment.before_write")
                     with phase("write_staging"):
@@ -120,7 +139,8 @@ class Staging:
                 except _Refused as refused:
                     if refused.reason is None:
                         raise refused.__cause__ from None
-                    set_aside += list(self.isolate(parsed, set_aside, refused).items())
+                    with phase("isolate"):
+                        set_aside += list(self.isolate(parsed, set_aside, refused).items())
         finally:
             parsed.unpersist()
         raise NotIsolated(f"checkpoint {self.checkpoint_id}: writes kept failing after isolating "
@@ -131,8 +151,8 @@ class Staging:
         self._delete(self.attempt)
         log.warning("checkpoint %s attempt %s: isolating the records that fail: %s", self.checkpoint_id,
                     self.attempt, refused.reason)
-        isolated = narrow(self.ranges, lambda part: self.probe(with_set_aside(parsed.where(in_ranges(part)),
-                                                                              set_aside)))
+        isolated = narrow(self.ranges, lambda part: self.probe(
+            with_set_aside(parsed.where(in_ranges(part)), set_aside), refused.step))
         if not isolated:
             raise NotIsolated(f"checkpoint {self.checkpoint_id}: {refused.reason}; no record fails on its own "
                               "(rows of several records together?)") from refused.__cause__
@@ -146,10 +166,9 @@ class Staging:
                     describe(isolated, limit=len(isolated)))
         return isolated
 
-    def write(self, parsed: DataFrame, tag: int, probing: bool = False) -> dict[str, int]:
+    def write(self, parsed: DataFrame, tag: int) -> dict[str, int]:
         """Stages the rows tagged `tag` and promotes them on trial where a table may refuse
-        some; `_Refused` says which sink refused them. A probe (a few records) writes no
-        dead letters, each sink in one Spark task."""
+        some; `_Refused` says which step failed."""
         frames = attempt_frames(parsed, self.config, self.columns)
         written = {}
         try:
@@ -159,27 +178,23 @@ class Staging:
                     raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
                                      f"{self.checkpoint_id} read "
                                      + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
-            if probing:
-                staging = {name: frame.coalesce(1) for name, frame in frames.sinks.items()}
-            else:
-                staging = frames.staging(any_refused=self._refusals(frames) > 0)
+            staging = frames.staging(any_refused=self._refusals(frames) > 0)
             for name, frame in staging.items():  # every table before any row is written
                 self._check_types(name, frame)
             for name, frame in staging.items():
-                try:
-                    written[name] = write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc,
-                                                  self.targets[name], self.checkpoint_id, tag)
-                except Exception as error:
-                    raise _Refused(name, error, self.config.transform) from error
+                written[name] = self._write_table(name, frame, tag)
                 faults.point(f"increment.wrote.{name}")
         finally:
             frames.refused.unpersist()
-        if self.refusing:
-            refused = self._trial_promote(tag)
-            if refused is not None:
-                sink, error = refused
-                raise _Refused(sink, error, self.config.transform) from error
+        self._trial_promote(tag, [sink.name for sink in self.refusing])
         return written
+
+    def _write_table(self, name: str, frame: DataFrame, tag: int) -> int:
+        try:
+            return write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc, self.targets[name],
+                                 self.checkpoint_id, tag)
+        except Exception as error:
+            raise _Refused(name, error, self.config.transform, Step(name)) from error
 
     def _refusals(self, frames: AttemptFrames) -> int:
         """How many records a sink table would refuse: the refusals computed (and cached, for
@@ -187,23 +202,54 @@ class Staging:
         try:
             return frames.refused.count()
         except Exception as error:
-            raise _Refused(DEAD_LETTERS, error, self.config.transform) from error
+            raise _Refused(DEAD_LETTERS, error, self.config.transform, ROWS) from error
 
-    def probe(self, parsed: DataFrame) -> str | None:
-        """Why these records fail to stage or promote, or None; leaves nothing staged."""
+    def probe(self, parsed: DataFrame, step: Step) -> str | None:
+        """Why these records fail at `step`, or None; leaves nothing staged. Only the step is
+        repeated (a transform raising needs no table), its table written by one Spark task."""
         tag = -self.attempt  # never a real attempt's: no commit promotes it, clean-ups delete it
         started = time.monotonic()
         why = None
         try:
-            self.write(parsed, tag, probing=True)
+            if step.table is None:
+                self._check_rows(parsed)
+            else:
+                self._repeat_write(parsed, step, tag)
         except _Refused as refused:
             if refused.reason is None:
                 raise refused.__cause__ from None
             why = refused.reason
         finally:
-            self._delete(tag)
+            if step.table is not None:
+                self._delete(tag)
         log.info("probe: %s (%.1f s)", why or "passes", time.monotonic() - started)
         return why
+
+    def _check_rows(self, parsed: DataFrame) -> None:
+        """The refused rows computed as the refusals' count computes them (the transform and
+        the row checks), into Spark's noop sink: one stage, without the count's grouping."""
+        try:
+            refused_rows(checked_rows(parsed, self.config, self.columns)).write.format("noop").mode("overwrite").save()
+        except Exception as error:
+            raise _Refused(DEAD_LETTERS, error, self.config.transform, ROWS) from error
+
+    def _repeat_write(self, parsed: DataFrame, step: Step, tag: int) -> None:
+        """A table's COPY of these records, each table in one Spark task; for a trial, every
+        refusing sink's up to the step's, promoted on trial in the write's order (a foreign
+        key between sinks sees the rows before it)."""
+        tables = [step.table]
+        if step.trial:
+            refusing = [sink.name for sink in self.refusing]
+            tables = refusing[:refusing.index(step.table) + 1]
+        frames = attempt_frames(parsed, self.config, self.columns)
+        try:
+            staging = frames.staging(any_refused=True)
+            for name in tables:
+                self._write_table(name, staging[name].coalesce(1), tag)
+        finally:
+            frames.refused.unpersist()
+        if step.trial:
+            self._trial_promote(tag, tables)
 
     # -- on the pipeline database -------------------------------------------------------------
 
@@ -241,13 +287,18 @@ class Staging:
                                       f"PostgreSQL says {refused.diag.message_primary!r}")
         self.typed.add(name)
 
-    def _trial_promote(self, tag: int) -> tuple[str, Exception] | None:
-        """Promotes the rows tagged `tag` into the refusing sinks' tables and rolls back:
-        (sink, the database's error) for the first that refuses them, else None. The ledger
-        runs the promotion (`exactly_once.ledger.trials`): the job's role has no rights on the
-        final tables."""
+    def _trial_promote(self, tag: int, sinks: list[str]) -> None:
+        """Promotes the rows tagged `tag` into these sinks' tables and rolls back; `_Refused`
+        with the database's error for the first that refuses them. The ledger runs the
+        promotion (`exactly_once.ledger.trials`): the job's role has no rights on the final
+        tables."""
+        if not sinks:
+            return
         with self.ledger.rows() as rows:
-            return trials.promote(rows, self.checkpoint_id, tag, [sink.name for sink in self.refusing], self.token)
+            refused = trials.promote(rows, self.checkpoint_id, tag, sinks, self.token)
+        if refused is not None:
+            sink, error = refused
+            raise _Refused(sink, error, self.config.transform, Step(sink, trial=True)) from error
 
     def _delete(self, tag: int) -> None:
         with self.ledger.rows() as rows:
