@@ -8,12 +8,14 @@ Which failures a record can cause is told by their SQLSTATE (exactly_once.sqlsta
 anything else (a lost connection, a killed executor) is not narrowed, as a bisection over
 an outage would dead-letter every record.
 
-The bisection itself is pure: `narrow` asks a probe about parts of the ranges.
+The bisection itself is pure: `narrow` asks a probe about parts of the ranges; the probe
+repeats the `Step` of the write that failed (exactly_once.spark.staging).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from exactly_once.errors import Permanent
 from exactly_once.ledger.planning import OffsetRange
@@ -22,6 +24,18 @@ MAX_ISOLATED = 20
 MAX_PROBES = 400
 
 Probe = Callable[[Sequence[OffsetRange]], "str | None"]  # why the records of these ranges fail, or None
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step of an attempt's write, which a probe repeats on a part of the records: the
+    transform and the row checks (no table), a table's COPY, or a sink's trial promotion."""
+
+    table: str | None = None  # a sink's name, or the dead letters'
+    trial: bool = False
+
+
+ROWS = Step()
 
 
 class NotIsolated(Permanent):

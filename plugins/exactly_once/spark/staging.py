@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation
@@ -36,7 +35,7 @@ from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, checked_rows, in_ranges, parse,
                                        refused_rows, with_set_aside)
-from exactly_once.spark.isolation import NotIsolated, describe, narrow
+from exactly_once.spark.isolation import ROWS, NotIsolated, Step, describe, narrow
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
 log = logging.getLogger(__name__)
@@ -72,18 +71,6 @@ def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], targets
     tagged = frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
     write_copy(tagged.observe(written, F.count(F.lit(1)).alias("rows")), table, jdbc, targets)
     return written.get["rows"]
-
-
-@dataclass(frozen=True)
-class Step:
-    """A step of an attempt's write, which a probe repeats on a part of the records: the
-    transform and the row checks (no table), a table's COPY, or a sink's trial promotion."""
-
-    table: str | None = None  # a sink's name, or DEAD_LETTERS
-    trial: bool = False
-
-
-ROWS = Step()
 
 
 class _Refused(Exception):
