@@ -1,6 +1,7 @@
 """Spark beyond local[2] on the local stack, from the installed pyspark, on loopback:
-`standalone` (a master and two workers of 1 core and 1 GiB each) or `connect` (a long-running
-Spark Connect server, itself on local[2], with the connector jars of spark-defaults.conf).
+`standalone` (a master and two workers of 1 core and 1 GiB each, each worker on a loopback
+address of its own) or `connect` (a long-running Spark Connect server, itself on local[2],
+with the connector jars of spark-defaults.conf).
 `./dev up` starts the one STACK_SPARK names and points spark_default at it; tests start
 them by `start(mode)`. Each is stopped by PID.
 
@@ -50,6 +51,12 @@ def master_url() -> str:
     return f"spark://{LOOPBACK}:{ports()['spark_master']}"
 
 
+def worker_host(n: int) -> str:
+    """Worker n's address, 127.0.0.n: each worker a host of its own to Spark, as on machines of
+    their own (Spark starts a speculative copy of a task only on a host the task is not on)."""
+    return f"127.0.0.{n}"
+
+
 def services(mode: str) -> list[Service]:
     bin_dir = _pyspark_home() / "bin"
     if mode == "standalone":
@@ -58,9 +65,9 @@ def services(mode: str) -> list[Service]:
                                     "--webui-port", str(ports()["spark_master_ui"])],
                          f"master.Master --host {LOOPBACK} --port {ports()['spark_master']}")
         workers = [Service(f"worker-{n}", [str(bin_dir / "spark-class"), f"{SPARK_CLASS}.worker.Worker", "--host",
-                                           LOOPBACK, "--cores", "1", "--memory", "1g", "--webui-port", "0",
+                                           worker_host(n), "--cores", "1", "--memory", "1g", "--webui-port", "0",
                                            "--work-dir", str(HOME / f"worker-{n}"), master_url()],
-                           f"worker.Worker --host {LOOPBACK} --cores 1 --memory 1g --webui-port 0 --work-dir "
+                           f"worker.Worker --host {worker_host(n)} --cores 1 --memory 1g --webui-port 0 --work-dir "
                            f"{HOME / f'worker-{n}'}") for n in range(1, WORKERS + 1)]
         return [master, *workers]
     if mode == "connect":

@@ -82,7 +82,9 @@ GRANT USAGE ON SCHEMA {schema} TO exactly_once_job;
 
 -- name: create_staging
 -- Insert-only, a pre-committed attempt's rows frozen (sql/migrations/0009_commit_stalls_and_frozen_staging.sql).
-CREATE TABLE IF NOT EXISTS {staging} (LIKE {final}, checkpoint_id bigint NOT NULL, attempt int NOT NULL);
+-- writer_task: the Spark task attempt that wrote the row (sql/migrations/0015_staging_writer_tasks.sql).
+CREATE TABLE IF NOT EXISTS {staging} (LIKE {final}, checkpoint_id bigint NOT NULL, attempt int NOT NULL,
+                                      writer_task bigint);
 CREATE INDEX IF NOT EXISTS {staging_index} ON {staging} (checkpoint_id, attempt);
 CREATE OR REPLACE TRIGGER frozen_inserts AFTER INSERT ON {staging} REFERENCING NEW TABLE AS changed
     FOR EACH STATEMENT EXECUTE FUNCTION exactly_once.freeze_precommitted_staging();
@@ -395,6 +397,12 @@ SELECT pipeline FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s;
 -- Constraints and triggers of a table that can refuse rows whose values fit its columns.
 SELECT (SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%(table)s) AND contype IN ('c', 'f', 'x'))
      + (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(%(table)s) AND NOT tgisinternal);
+
+-- name: references_table
+-- Whether a table has a foreign key to another: a trial promotes the referenced table's
+-- sink too, so that the key sees the checkpoint's new rows there.
+SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = to_regclass(%(table)s) AND contype = 'f'
+                                          AND confrelid = to_regclass(%(referenced)s));
 
 -- name: refused_at_commit
 -- Whether an attempt of this checkpoint, or of the one whose released ranges it plans

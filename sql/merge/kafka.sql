@@ -10,7 +10,7 @@ WITH e AS MATERIALIZED (SELECT gen_random_uuid() AS epoch)
 INSERT INTO exactly_once.outbox (pipeline, sink, checkpoint_id, position, epoch, replaces, key, record)
 SELECT {pipeline}, {sink}, %(checkpoint_id)s, row_number() OVER (ORDER BY {order}), e.epoch,
        NULLIF(%(slot)s, %(checkpoint_id)s), jsonb_build_array({keys}),
-       to_jsonb(s) - 'checkpoint_id' - 'attempt'
+       to_jsonb(s) - 'checkpoint_id' - 'attempt' - 'writer_task'
 FROM {staging} s CROSS JOIN e
 WHERE s.checkpoint_id = %(checkpoint_id)s AND s.attempt = %(attempt)s
 

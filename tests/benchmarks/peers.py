@@ -45,9 +45,9 @@ from exactly_once.kafka_columns import KAFKA_TOMBSTONE
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.tables import DEAD_LETTERS
+from exactly_once.spark.copy_writer import write_copy
 from exactly_once.spark.frames import attempt_frames, parse
 from exactly_once.spark.increment import KAFKA_COLUMNS, kafka_source_options, read_ranges
-from exactly_once.spark.staging import write_copy
 from exactly_once_demo.pipeline import config as demo_config
 
 Writer = Callable[[DataFrame, str, list[ColumnType]], None]  # appends a frame to a table of these columns

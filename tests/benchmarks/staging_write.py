@@ -39,7 +39,7 @@ def main(sizes: list[int]) -> None:
     sys.path.insert(0, "plugins")
     from exactly_once.db import jdbc_options
     from exactly_once.ledger.migrate import migrate
-    from exactly_once.spark.staging import write_staging
+    from exactly_once.spark.copy_writer import write_staging
 
     url = os.environ["PIPELINE_DB_URL"]
     spark = SparkSession.builder.master("local[2]").appName("staging_write benchmark").getOrCreate()

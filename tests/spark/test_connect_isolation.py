@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 
 from exactly_once.db import jdbc_options
 from exactly_once.kafka_client import KafkaClient
+from exactly_once.spark.copy_writer import write_staging
 from exactly_once.spark.runners import ConnectRunner, job_runner
 from exactly_once.spark.settings import JobSettings
-from exactly_once.spark.staging import write_staging
 from exactly_once.sqlstates import record_failure
 from exactly_once_stack.settings import passwords
 from tests.dags.test_kafka_connection import Processes, assert_no_secret_in

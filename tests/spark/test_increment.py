@@ -25,6 +25,7 @@ from exactly_once.ledger.tables import DEAD_LETTER_STAGING, qualified, staging_t
 from exactly_once.spark.increment import run_attempt
 from exactly_once.spark.settings import JobSettings, private_file
 from exactly_once.spark.staging import BadRecords
+from exactly_once_stack import spark_cluster
 from tests import oracle
 from tests.job_role import job_db_url
 from tests.kafka_records import moment_after_the_last_marker
@@ -173,16 +174,18 @@ def test_the_fail_policy_fails_the_attempt_naming_the_bad_records(spark, ledger_
     assert pipeline.ledger.checkpoint(checkpoint.id).state == "running"  # the DAG's failure handler aborts it
 
 
-def spark_submit(pipeline: Pipeline, checkpoint_id: int, token: int) -> tuple[subprocess.CompletedProcess, str]:
-    """Runs the job as Airflow would, its connections in a settings file; the process and
-    its report. Spark copies the Python driver's stdout and stderr to its own stdout."""
+def spark_submit(pipeline: Pipeline, checkpoint_id: int, token: int, *options: str,
+                 **env: str) -> tuple[subprocess.CompletedProcess, str]:
+    """Runs the job as Airflow would, its connections in a settings file, with spark-submit's
+    `options` and `env` added to the environment; the process and its report. Spark copies
+    the Python driver's stdout and stderr to its own stdout."""
     root = str(JOB.parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *sys.path])}  # the test transform's module
+    env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([root, *sys.path])}  # the test transform's module
     with JobSettings(job_db_url(), KafkaClient.at(pipeline.servers)).written() as settings, \
             private_file("report-") as report, private_file("token-") as secret:
         secret.write_text(pipeline.ledger.attempt_token(checkpoint_id, token))
-        done = subprocess.run(["spark-submit", str(JOB), "--pipeline", pipeline.config.name, "--checkpoint-id",
-                               str(checkpoint_id), "--attempt", str(token), "--token", str(secret),
+        done = subprocess.run(["spark-submit", *options, str(JOB), "--pipeline", pipeline.config.name,
+                               "--checkpoint-id", str(checkpoint_id), "--attempt", str(token), "--token", str(secret),
                                "--settings", str(settings), "--report", str(report)],
                               env=env, capture_output=True, text=True, timeout=600)
         return done, report.read_text()
@@ -205,3 +208,63 @@ def test_spark_submit_reports_what_an_attempt_staged_and_a_fenced_one_exits_3(pi
     pipeline.ledger.pre_commit(checkpoint.id, token, report["rows"], report["records"])
     assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
     pipeline.assert_exact()
+
+
+
+def staged_once(pipeline: Pipeline, *options: str, **env: str) -> str:
+    """Runs an attempt by spark-submit with `options` and `env`, which switch the writer's
+    fault point copy.after_task_commit on (each write's first task, in its first attempt,
+    once its COPY committed), then checks that pre-commit finds each row once, that staging
+    is the oracle's and the commit exact; the job's output."""
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    token = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    done, said = spark_submit(pipeline, checkpoint.id, token, *options, **env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    report = json.loads(said)
+    assert report["records"] == 16 and report["rows"]["events"] == 14
+    pipeline.ledger.pre_commit(checkpoint.id, token, report["rows"], report["records"])  # counts the tables
+    assert {k: v for k, v in staged(pipeline, checkpoint.id).items() if k != "dead_letters"} == expected_staging(
+        pipeline, in_ranges(pipeline, checkpoint), token)
+    assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
+    pipeline.assert_exact()
+    return output
+
+
+def test_a_task_run_again_after_its_copy_committed_stages_its_rows_once(pipeline):
+    """Each staging write's first task commits its COPY, then fails in its first attempt (as
+    when an executor is lost before the driver hears of its task) and runs again: the first
+    attempt's rows are in the table, and the write keeps only the rows of the task attempts
+    Spark committed, so pre-commit finds each row once and the commit is exact."""
+    output = staged_once(pipeline, "--master", "local[2,2]", **{FAULTS: "copy.after_task_commit=raise"})
+    assert output.count("fault injected at copy.after_task_commit: raise") == 4  # a table each
+
+
+@pytest.mark.variant
+def test_an_executor_killed_after_its_copy_committed_stages_its_rows_once_on_a_standalone_cluster(pipeline):
+    """The same with the executor's JVM killed right after the task's COPY committed: Spark
+    loses the executor and runs the task again on a new one."""
+    started = spark_cluster.start("standalone")
+    try:
+        output = staged_once(pipeline, "--master", spark_cluster.master_url(),
+                             "--conf", f"spark.executorEnv.{FAULTS}=copy.after_task_commit=exit")
+    finally:
+        spark_cluster.stop_named(started)
+    assert output.count("ExecutorLostFailure") >= 4, output[-6000:]
+
+
+@pytest.mark.variant
+def test_a_speculative_copy_of_a_task_that_committed_stages_nothing_on_a_standalone_cluster(pipeline):
+    """Speculation on: each write's first task holds after its COPY committed, and Spark
+    starts a copy of it on the other worker (when that one is free), which Spark refuses
+    the commit: its COPY is rolled back."""
+    started = spark_cluster.start("standalone")
+    try:
+        output = staged_once(pipeline, "--master", spark_cluster.master_url(), "--conf", "spark.log.level=INFO",
+                             "--conf", "spark.speculation=true", "--conf", "spark.speculation.multiplier=1",
+                             "--conf", "spark.speculation.quantile=0.1",
+                             "--conf", f"spark.executorEnv.{FAULTS}=copy.after_task_commit=sleep:8")
+    finally:
+        spark_cluster.stop_named(started)
+    assert "Commit denied for partition 0" in output, output[-6000:]  # a copy ran, on the other worker

@@ -83,7 +83,7 @@ def test_the_attack_would_work_with_the_commit_roles_credentials(orders):
 
 
 def test_the_job_roles_staging_functions_act_only_for_the_running_attempt_that_shows_its_token(orders):
-    """One job role serves every pipeline: a job may delete or try only its own attempt's rows."""
+    """One job role serves every pipeline: a job may delete, settle or try only its own attempt's rows."""
     orders.produce(valid_orders(0, 3))
     checkpoint_id = orders.begin()
     attempt = orders.ledger.start_attempt(checkpoint_id).attempt
@@ -98,15 +98,20 @@ def test_the_job_roles_staging_functions_act_only_for_the_running_attempt_that_s
                 (TRY, (checkpoint_id, -attempt, ["orders"], "a guess"), "not the token of attempt"),
                 (DISCARD, (staging, checkpoint_id, attempt + 1, token), "not its running attempt"),
                 (DISCARD, (final, checkpoint_id, attempt, token), "is no staging table"),
+                (SETTLE, (staging, checkpoint_id, attempt, "a guess", [], 0), "not the token of attempt"),
+                (SETTLE, (final, checkpoint_id, attempt, token, [], 0), "is no staging table"),
                 ("SELECT exactly_once.attempt_token(%s, %s)", (checkpoint_id, attempt), "permission denied")]:
             with pytest.raises(psycopg2.errors.InsufficientPrivilege, match=refusal):
                 cur.execute(statement, params)
             conn.rollback()
         cur.execute(DISCARD, (staging, checkpoint_id, -attempt, token))  # its own probe's rows: none yet
         assert cur.fetchone() == (0,)
+        cur.execute(SETTLE, (staging, checkpoint_id, attempt, token, [], 0))  # nothing staged: nothing settled
+        assert cur.fetchone() == (0,)
         cur.execute(TRY, (checkpoint_id, attempt, ["orders"], token))  # nothing staged: nothing refused
         assert cur.fetchall() == []
 
 
 DISCARD = "SELECT exactly_once.discard_staged(%s::regclass, %s, %s, %s)"
+SETTLE = "SELECT exactly_once.settle_staged(%s::regclass, %s, %s, %s, %s::bigint[], %s)"
 TRY = "SELECT * FROM exactly_once.trial_promote(%s, %s, %s, %s)"

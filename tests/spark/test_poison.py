@@ -157,6 +157,36 @@ def test_a_record_larger_than_max_record_bytes_is_a_dead_letter_before_it_is_par
         [f"record of {len(large) + 1} bytes (key and value) is larger than max_record_bytes 300"]
 
 
+def test_a_sink_whose_foreign_key_references_another_sinks_new_rows_isolates_only_its_bad_record(
+        spark, ledger_db, kafka_servers, topic):
+    """orders' foreign key references latest, which cannot refuse anything itself: the trial
+    promotes latest before orders, so the key sees the checkpoint's new skus and only the
+    cursed order fails on its own."""
+    orders = Orders(ledger_db, kafka_servers, topic,
+                    extra_ddl="ALTER TABLE {s}.orders ADD FOREIGN KEY (sku) REFERENCES {s}.latest (sku);")
+    cursed = order("cursed")
+    orders.produce(valid_orders(0, 12) + [(2, b"k", cursed)])
+    orders.run(spark)
+    orders.bad = {cursed}
+    orders.assert_exact()
+    assert list(orders.dead_letter_reasons().values()) == ["sink orders: order cursed is cursed"]
+
+
+def test_the_fail_policy_fails_naming_the_record_a_transform_raises_on(spark, ledger_db, kafka_servers, topic):
+    orders = Orders(ledger_db, kafka_servers, topic)
+    orders.config = orders.ledger.config = orders.config.model_copy(update={"on_bad_record": "fail"})
+    raises = order("raises")
+    orders.produce(valid_orders(0, 12) + [(1, b"k", raises)])
+    checkpoint_id = orders.begin()
+    with pytest.raises(Exception) as failed:
+        orders.increment(spark, checkpoint_id)
+    [raised] = [r for r in orders.records if r.value == raises]
+    assert f"{topic}[1]@{raised.offset}: transform {TRANSFORM}: ValueError: cannot price order raises" in \
+        str(failed.value)
+    assert after_error(failed.value) is TaskOutcome.FAIL  # the policy: no retry, and nothing committed
+    assert orders.ledger.checkpoint(checkpoint_id).state is not State.COMMITTED
+
+
 def test_tasks_hold_fewer_records_when_records_may_be_large():
     assert offsets_per_task(None) == 250_000
     assert offsets_per_task(1024) == 250_000

@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 
 from exactly_once.catalog import ColumnType, column_types
 from exactly_once.db import jdbc_options
+from exactly_once.spark.copy_writer import write_staging
 from exactly_once.spark.row_checks import first_refusal, refusals
-from exactly_once.spark.staging import write_staging
 from exactly_once.sqlstates import record_failure
 
 SINK = "orders"

@@ -38,7 +38,7 @@ from exactly_once.sinks.upsert import ledger_marks, tombstone_nulls
 
 log = logging.getLogger(__name__)
 
-STAGING_OWN = ("checkpoint_id", "attempt")  # a staging table's columns besides its final table's
+STAGING_OWN = ("checkpoint_id", "attempt", "writer_task")  # a staging table's columns besides its final table's
 CONTRIBUTIONS_OWN = ("checkpoint_id",)
 
 

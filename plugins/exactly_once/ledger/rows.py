@@ -289,6 +289,12 @@ class LedgerRows:
         self.run("unique_indexes", table=table)
         return any(frozenset(columns) != sink.strategy.unique_columns(sink) for columns, in self.cur.fetchall())
 
+    def references(self, sink: Sink, referenced: Sink) -> bool:
+        """Whether the sink's final table has a foreign key to the other's."""
+        self.run("references_table", table=final_table(sink).as_string(self.cur),
+                 referenced=final_table(referenced).as_string(self.cur))
+        return self.cur.fetchone()[0]
+
     def columns(self, table: sql.Identifier) -> list[str]:
         """The table's columns in table order; empty if it does not exist."""
         self.run("table_columns", table=table.as_string(self.cur))

@@ -1,5 +1,5 @@
 """Whether each pipeline database connection holds the rights of its duty, and no more
-(README, "Roles by duty"; the grants are sql/migrations/0011_roles_by_duty.sql's and 0014's):
+(README, "Roles by duty"; the grants are sql/migrations/0011_roles_by_duty.sql's, 0014's and 0015's):
 
 - `pipeline_db`, the commit role (the tasks): reads and writes the ledger and the final tables;
 - `pipeline_db_job`, the job role (the Spark job): reads the ledger, inserts into staging,
@@ -41,6 +41,7 @@ JOB_READS = ("config_versions", "checkpoints", "checkpoint_ranges", "attempts", 
 LEDGER = (*JOB_READS, "pipelines", "committed_ranges", "partitions", "gaps", "preflights", "dead_letters")
 WRITTEN_BY_COMMIT = (*LEDGER, "trial_promotions")
 JOB_FUNCTIONS = (f"{LEDGER_SCHEMA}.discard_staged(regclass, bigint, integer, text)",
+                 f"{LEDGER_SCHEMA}.settle_staged(regclass, bigint, integer, text, bigint[], bigint)",
                  f"{LEDGER_SCHEMA}.trial_promote(bigint, integer, text[], text)")
 
 

@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
 from exactly_once import ddl, faults
 from exactly_once.catalog import column_types, refuses_type
@@ -33,6 +32,7 @@ from exactly_once.ledger.registration import final_columns
 from exactly_once.ledger.rows import LedgerRows
 from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
+from exactly_once.spark.copy_writer import write_staging
 from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, checked_rows, in_ranges, parse,
                                        refused_rows, with_set_aside)
 from exactly_once.spark.isolation import ROWS, NotIsolated, Step, describe, narrow
@@ -45,32 +45,6 @@ Phase = Callable[[str], AbstractContextManager]        # times a phase of the at
 
 class BadRecords(Permanent):
     """Bad records in a pipeline whose policy (`on_bad_record: fail`) is to fail."""
-
-
-def write_copy(frame: DataFrame, table: str, jdbc: Mapping[str, str], targets: Mapping[str, str]) -> None:
-    """Appends the rows to `table` from the executors with PostgreSQL's COPY (the
-    `exactly_once_copy` data source, jvm/), each Spark task in one transaction; `targets`
-    gives each column's type in the table (`ColumnType.base`), which decides how a value is
-    written (as Spark's JDBC writer's value would be cast: exactly_once.spark.row_checks)."""
-    missing = [c for c in frame.columns if c not in targets]
-    if missing:
-        raise ValueError(f"{table} has no column {', '.join(missing)}")
-    (frame.write.format("exactly_once_copy")
-     .options(url=jdbc["url"], user=jdbc["user"], password=jdbc["password"], table=table,
-              targets=",".join(targets[c] for c in frame.columns))
-     .mode("append").save())
-
-
-def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], targets: Mapping[str, str],
-                  checkpoint_id: int, attempt: int) -> int:
-    """Appends the rows, tagged (checkpoint, attempt), and returns how many were written:
-    counted as they pass into the write (an Observation, which counts the successful attempt
-    of each Spark task once), so the rows are computed once; pre-commit checks the count
-    against the table, so a task that committed its COPY and then ran again is found there."""
-    written = Observation(f"rows written to {table}")
-    tagged = frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
-    write_copy(tagged.observe(written, F.count(F.lit(1)).alias("rows")), table, jdbc, targets)
-    return written.get["rows"]
 
 
 class _Refused(Exception):
@@ -160,7 +134,7 @@ class Staging:
         written = {}
         try:
             if self.config.on_bad_record == "fail":
-                first = frames.bad.limit(5).collect()
+                first = self._first_bad(frames)
                 if first:
                     raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
                                      f"{self.checkpoint_id} read "
@@ -179,9 +153,17 @@ class Staging:
     def _write_table(self, name: str, frame: DataFrame, tag: int) -> int:
         try:
             return write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc, self.targets[name],
-                                 self.checkpoint_id, tag)
+                                 self.checkpoint_id, tag, self.token)
         except Exception as error:
             raise _Refused(name, error, self.config.transform, Step(name)) from error
+
+    def _first_bad(self, frames: AttemptFrames) -> list:
+        """Some bad records, computed by the transform and the row checks; `_Refused` if they
+        fail (a UDF raising on a record: isolation names it, and the policy fails on it)."""
+        try:
+            return frames.bad.limit(5).collect()
+        except Exception as error:
+            raise _Refused(DEAD_LETTERS, error, self.config.transform, ROWS) from error
 
     def _refusals(self, frames: AttemptFrames) -> int:
         """How many records a sink table would refuse: the refusals computed (and cached, for
@@ -241,13 +223,16 @@ class Staging:
     # -- on the pipeline database -------------------------------------------------------------
 
     def _may_refuse(self, rows: LedgerRows) -> list[Sink]:
-        """The sinks whose final tables can refuse rows that pass the row checks: a CHECK,
-        foreign key or exclusion constraint, a trigger, or a unique index besides the one
-        the merge conflicts on; every sink once a commit of these ranges was refused (an
-        aggregate's sum beyond its column, say)."""
+        """The sinks promoted on trial: those whose final tables can refuse rows that pass the
+        row checks (a CHECK, foreign key or exclusion constraint, a trigger, or a unique index
+        besides the one the merge conflicts on), and the sinks their foreign keys reference,
+        whose new rows the keys must see; every sink once a commit of these ranges was
+        refused (an aggregate's sum beyond its column, say)."""
         if rows.refused_at_commit(self.checkpoint_id):  # a table refused what no trial had tried
             return list(self.config.sinks)
-        return [sink for sink in self.config.sinks if rows.may_refuse(sink)]
+        refusing = [sink for sink in self.config.sinks if rows.may_refuse(sink)]
+        return [sink for sink in self.config.sinks
+                if sink in refusing or any(rows.references(other, sink) for other in refusing if other != sink)]
 
     def _check_types(self, name: str, frame: DataFrame) -> None:
         """Each column of the staging table takes the values of the frame's Spark type as

@@ -29,10 +29,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * {@code targets} (each column's PostgreSQL base type, comma-separated, in the frame's order:
  * how a value is rendered depends on the column it goes to, see TextRow).
  *
- * <p>Append only. The rows a job staged are counted by the caller as they pass into the write
- * (an Observation counts each task's committed attempt once) and checked against the table at
- * pre-commit: a task that committed its COPY and was then run again shows as a mismatch there,
- * never as rows promoted twice.
+ * <p>Append only. With {@code task_column}, each row also gets the id of the Spark task attempt
+ * that wrote it; with {@code checkpoint_id}, {@code attempt} and {@code token} too, the write is
+ * settled when Spark commits the job (Settlement): only the rows of the task attempts Spark
+ * committed stay, so a task run again after it committed its COPY adds nothing.
  */
 public final class CopySource implements TableProvider, DataSourceRegister {
 
@@ -88,7 +88,7 @@ public final class CopySource implements TableProvider, DataSourceRegister {
   private record CopyWriters(CopyStatement statement) implements DataWriterFactory {
     @Override
     public DataWriter<InternalRow> createWriter(int partition, long taskId) {
-      return new CopyWriter(statement);
+      return new CopyWriter(statement, taskId);
     }
   }
 
@@ -100,7 +100,10 @@ public final class CopySource implements TableProvider, DataSourceRegister {
 
     @Override
     public void commit(WriterCommitMessage[] messages) {
-      // Each task committed its own transaction: nothing is left to do for the job.
+      // Each task committed its own transaction; the job's messages say which count.
+      if (statement.settlement() != null) {
+        statement.settlement().settle(statement, messages);
+      }
     }
 
     @Override

@@ -7,9 +7,13 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** One COPY of a frame's rows into a table: where, as whom, and each column's target type. */
-record CopyStatement(String url, String user, String password, String table, StructType schema, String[] targets)
-    implements Serializable {
+/**
+ * One COPY of a frame's rows into a table: where, as whom, each column's target type, and
+ * optionally the column that gets each row's Spark task attempt ({@code taskColumn}) and the
+ * staged rows' settlement once the job commits ({@code settlement}).
+ */
+record CopyStatement(String url, String user, String password, String table, StructType schema, String[] targets,
+                     String taskColumn, Settlement settlement) implements Serializable {
 
   static CopyStatement of(StructType schema, CaseInsensitiveStringMap options) {
     String[] targets = required(options, "targets").split(",", -1);
@@ -17,13 +21,18 @@ record CopyStatement(String url, String user, String password, String table, Str
       throw new IllegalArgumentException("exactly_once_copy: " + targets.length + " targets for "
           + schema.fields().length + " columns");
     }
+    Settlement settlement = Settlement.of(options);
+    String taskColumn = options.get("task_column");
+    if (settlement != null && taskColumn == null) {
+      throw new IllegalArgumentException("exactly_once_copy settles staged rows by their task_column: name it");
+    }
     CopyStatement statement = new CopyStatement(required(options, "url"), required(options, "user"),
-        options.getOrDefault("password", ""), required(options, "table"), schema, targets);
+        options.getOrDefault("password", ""), required(options, "table"), schema, targets, taskColumn, settlement);
     statement.textRow(); // refuses a column it cannot render before any task runs
     return statement;
   }
 
-  private static String required(CaseInsensitiveStringMap options, String name) {
+  static String required(CaseInsensitiveStringMap options, String name) {
     String value = options.get(name);
     if (value == null || value.isEmpty()) {
       throw new IllegalArgumentException("exactly_once_copy needs the option " + name);
@@ -39,9 +48,16 @@ record CopyStatement(String url, String user, String password, String table, Str
     StringBuilder sql = new StringBuilder("COPY ").append(table).append(" (");
     StructField[] fields = schema.fields();
     for (int i = 0; i < fields.length; i++) {
-      sql.append(i == 0 ? "" : ", ").append('"').append(fields[i].name().replace("\"", "\"\"")).append('"');
+      sql.append(i == 0 ? "" : ", ").append(quoted(fields[i].name()));
+    }
+    if (taskColumn != null) {
+      sql.append(", ").append(quoted(taskColumn));
     }
     return sql.append(") FROM STDIN").toString();
+  }
+
+  private static String quoted(String name) {
+    return '"' + name.replace("\"", "\"\"") + '"';
   }
 
   Properties login() {

@@ -1,6 +1,7 @@
 package exactly_once.copy;
 
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.sql.SQLException;
 
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -13,8 +14,10 @@ import org.postgresql.util.PSQLException;
 import org.postgresql.util.ServerErrorMessage;
 
 /**
- * One Spark task's rows, streamed to PostgreSQL by COPY in text format and committed in one
- * transaction when the task commits: a failed or aborted task leaves no row behind.
+ * One Spark task attempt's rows, streamed to PostgreSQL by COPY in text format and committed in
+ * one transaction when Spark lets the attempt commit: a failed or aborted attempt leaves no row
+ * behind, unless it fails after its commit (then its rows carry its task attempt's id in the
+ * statement's task column, and the job's Settlement deletes them).
  */
 final class CopyWriter implements DataWriter<InternalRow> {
   private static final int BUFFER_BYTES = 1 << 20;
@@ -22,13 +25,18 @@ final class CopyWriter implements DataWriter<InternalRow> {
   private final CopyStatement statement;
   private final TextRow textRow;
   private final Line line = new Line();
+  private final byte[] lineEnd; // the task column's value, if any, and the newline
+  private final long task;
   private java.sql.Connection connection;
   private PGCopyOutputStream copy;
   private long rows;
 
-  CopyWriter(CopyStatement statement) {
+  CopyWriter(CopyStatement statement, long task) {
     this.statement = statement;
     this.textRow = statement.textRow();
+    this.task = task;
+    String end = statement.taskColumn() == null ? "\n" : "\t" + task + "\n";
+    this.lineEnd = end.getBytes(StandardCharsets.US_ASCII);
   }
 
   @Override
@@ -38,6 +46,7 @@ final class CopyWriter implements DataWriter<InternalRow> {
     }
     line.reset();
     textRow.render(row, line);
+    line.put(lineEnd);
     try {
       copy.write(line.bytes(), 0, line.size());
     } catch (IOException failed) {
@@ -56,7 +65,8 @@ final class CopyWriter implements DataWriter<InternalRow> {
         throw refused(failed);
       }
     }
-    return new Written(rows);
+    Faults.point("copy.after_task_commit");
+    return new Written(task, rows);
   }
 
   @Override
@@ -118,6 +128,6 @@ final class CopyWriter implements DataWriter<InternalRow> {
     return failed instanceof IOException io ? io : new IOException(statement + ": " + failed.getMessage(), failed);
   }
 
-  /** How many rows the task committed. */
-  record Written(long rows) implements WriterCommitMessage {}
+  /** How many rows the task attempt (Spark's task id) committed. */
+  record Written(long task, long rows) implements WriterCommitMessage {}
 }

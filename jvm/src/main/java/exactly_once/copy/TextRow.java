@@ -62,6 +62,7 @@ final class TextRow {
     }
   }
 
+  /** The row's fields, tab-separated; the writer ends the line. */
   void render(InternalRow row, Line to) {
     for (int i = 0; i < fields.length; i++) {
       if (i > 0) {
@@ -75,7 +76,6 @@ final class TextRow {
         to.escaped(value);
       }
     }
-    to.put((byte) '\n');
   }
 
   private Field field(String column, DataType type, String target) {

@@ -1,0 +1,50 @@
+package exactly_once.copy;
+
+import java.io.Serializable;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.util.Arrays;
+
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.postgresql.Driver;
+
+/**
+ * A staging write settled by the driver once Spark commits the job: only the rows of the task
+ * attempts whose commit messages reached it count. An attempt that committed its COPY and then
+ * failed (its executor lost before the driver heard of it) leaves rows that its retry writes
+ * again; the ledger's {@code exactly_once.settle_staged} deletes them by the task column and
+ * checks that what is left of the attempt's rows is what the committed messages say was written.
+ * Options: {@code checkpoint_id}, {@code attempt} (the rows' tag), {@code token} (the attempt's).
+ */
+record Settlement(long checkpoint, int tag, String token) implements Serializable {
+  private static final String SETTLE = "SELECT exactly_once.settle_staged(?::regclass, ?, ?, ?, ?, ?)";
+
+  static Settlement of(CaseInsensitiveStringMap options) {
+    String token = options.get("token");
+    if (token == null) {
+      return null;
+    }
+    return new Settlement(Long.parseLong(CopyStatement.required(options, "checkpoint_id")),
+        Integer.parseInt(CopyStatement.required(options, "attempt")), token);
+  }
+
+  void settle(CopyStatement statement, WriterCommitMessage[] messages) {
+    Long[] tasks = Arrays.stream(messages).map(m -> ((CopyWriter.Written) m).task()).toArray(Long[]::new);
+    long rows = Arrays.stream(messages).mapToLong(m -> ((CopyWriter.Written) m).rows()).sum();
+    try (Connection connection = new Driver().connect(statement.url(), statement.login());
+         PreparedStatement settle = connection.prepareStatement(SETTLE)) {
+      settle.setString(1, statement.table());
+      settle.setLong(2, checkpoint);
+      settle.setInt(3, tag);
+      settle.setString(4, token);
+      settle.setArray(5, connection.createArrayOf("bigint", tasks));
+      settle.setLong(6, rows);
+      settle.execute();
+    } catch (SQLException failed) {
+      throw new IllegalStateException(statement + ": settling the rows of checkpoint " + checkpoint + " tag " + tag
+          + " failed (SQLSTATE " + failed.getSQLState() + "): " + failed.getMessage(), failed);
+    }
+  }
+}
