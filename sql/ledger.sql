@@ -95,11 +95,14 @@ CREATE OR REPLACE TRIGGER no_updates BEFORE UPDATE ON {staging}
 -- The job role inserts, and reads none of it (sql/migrations/0014_job_inserts_into_staging_only.sql).
 GRANT INSERT ON {staging} TO exactly_once_job;
 
+-- name: add_writer_task
+ALTER TABLE {staging} ADD COLUMN IF NOT EXISTS writer_task bigint;
+
 -- name: staged_summary
 -- Row count of one attempt's staging rows. Writers only ever add rows (only the ledger
--- deletes them), so a count tells rows the attempt's own Spark tasks wrote twice (a task
--- retried after its write committed) or after pre-commit; a fenced attempt's rows carry
--- its own number.
+-- deletes them: the job's settle_staged those of its Spark task attempts Spark did not
+-- commit), so a count tells rows written twice (a task attempt that committed after its
+-- write was settled) or after pre-commit; a fenced attempt's rows carry its own number.
 SELECT count(*)
 FROM {staging}
 WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s;

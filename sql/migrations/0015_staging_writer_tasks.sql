@@ -13,8 +13,10 @@ BEGIN
 END $$;
 
 -- The running attempt's rows tagged `tag` in `staging` (its own or its probe's), of the
--- task attempts Spark committed: the rows of any other task attempt go, and what is left
--- must be the rows the committed attempts said they wrote. Returns how many rows went.
+-- task attempts Spark committed: the rows of any other task attempt go, and the committed
+-- attempts' rows must be what they said they wrote. Returns how many rows went. A task
+-- attempt that commits after this (an executor Spark gave up on, still running) adds rows
+-- that pre-commit's count finds.
 CREATE FUNCTION exactly_once.settle_staged(staging regclass, checkpoint bigint, tag int, token text,
                                            committed_tasks bigint[], committed_rows bigint) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -34,9 +36,11 @@ BEGIN
                        'AND (writer_task IS NULL OR writer_task <> ALL ($3))', staging)
             USING checkpoint, tag, committed_tasks;
         GET DIAGNOSTICS deleted = ROW_COUNT;
-        IF found - deleted <> committed_rows THEN
+        EXECUTE format('SELECT count(*) FROM %s WHERE checkpoint_id = $1 AND attempt = $2 '
+                       'AND writer_task = ANY ($3)', staging) INTO found USING checkpoint, tag, committed_tasks;
+        IF found <> committed_rows THEN
             RAISE EXCEPTION '%: checkpoint % tag % has % rows of the Spark task attempts that committed, which wrote %',
-                staging, checkpoint, tag, found - deleted, committed_rows USING ERRCODE = 'data_corrupted';
+                staging, checkpoint, tag, found, committed_rows USING ERRCODE = 'EO002';
         END IF;
     END IF;
     RETURN deleted;

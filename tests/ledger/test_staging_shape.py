@@ -13,7 +13,7 @@ import psycopg2
 import pytest
 
 from exactly_once.ledger.checkpoints import Outcome
-from exactly_once.ledger.tables import contributions_table, qualified
+from exactly_once.ledger.tables import contributions_table, qualified, staging_tables
 from tests import oracle
 from tests.ledger.harness import Pipeline, committed_records, order, row_of, workload
 from tests.oracle import Record
@@ -115,3 +115,16 @@ def test_staging_lets_in_nulls_once_the_final_column_does(pipeline):
     pipeline.run_once()
     assert_exact(pipeline, {committed}, row_of)
     assert None in {row["n"] for row in pipeline.actual()["events"]}
+
+
+def test_a_staging_table_without_the_writer_task_column_gets_it_at_registration(pipeline):
+    """As a library older than migration 0015, running beside it, creates staging tables."""
+    pipeline.ledger.register()
+    staging = qualified(staging_tables(pipeline.config)["events"])
+    with closing(psycopg2.connect(pipeline.db_url)) as conn, conn, conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE {staging} DROP COLUMN writer_task")
+    pipeline.ledger.register()
+    with closing(psycopg2.connect(pipeline.db_url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                    "WHERE attrelid = %s::regclass AND attname = 'writer_task' AND NOT attisdropped", (staging,))
+        assert cur.fetchall() == [("bigint",)]

@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
@@ -209,6 +211,26 @@ def test_spark_submit_reports_what_an_attempt_staged_and_a_fenced_one_exits_3(pi
     assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
     pipeline.assert_exact()
 
+
+
+def test_a_job_fenced_mid_write_exits_3_for_the_ledger_refuses_its_writes(pipeline):
+    """A zombie: its attempt is fenced while it writes (a new attempt started, which also
+    deletes its rows); its next write's settlement is refused, and the job says it is fenced."""
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    zombie = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(spark_submit, pipeline, checkpoint.id, zombie, **{FAULTS: "increment.wrote.events=sleep:20"})
+        deadline = time.monotonic() + 300
+        while not staged(pipeline, checkpoint.id)["events"] and not job.done() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert staged(pipeline, checkpoint.id)["events"], "the job did not write its first sink"
+        pipeline.ledger.start_attempt(checkpoint.id)
+        done, said = job.result()
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"fenced: attempt {zombie} of checkpoint {checkpoint.id}" in done.stdout and said == ""
+    # what it wrote after the fence carries its own number, which no pre-commit counts
+    assert {row[-1] for rows in staged(pipeline, checkpoint.id).values() for row in rows} <= {zombie}
 
 
 def staged_once(pipeline: Pipeline, *options: str, **env: str) -> str:

@@ -70,6 +70,7 @@ def register(rows: LedgerRows) -> None:
             rows.cur.execute(sql.SQL(Q["create_staging"]).format(
                 staging=staging, final=final_table(sink), staging_index=staging_index(config, sink)))
         _let_the_job_role_resolve(rows, sink)
+        _add_writer_task(rows, staging)
         marks = ledger_marks(sink)
         _add_marks(rows, staging, marks)
         _follow(rows, staging, final, final_columns, (*STAGING_OWN, *marks), nullability=True,
@@ -107,6 +108,14 @@ def _create_contributions(rows: LedgerRows, sink: Sink, columns: list[str], fina
     if marks and not _ready(rows, "index_ready", index=tombstones_index(rows.config, sink)):
         rows.cur.execute(sql.SQL(Q["create_tombstones_index"]).format(
             contributions=table, index=tombstones_index(rows.config, sink), keys=keys))
+
+
+def _add_writer_task(rows: LedgerRows, staging: sql.Identifier) -> None:
+    """The column of the Spark task attempt that wrote a row, for a staging table created
+    without it (by an earlier library beside this one: sql/migrations/0015_staging_writer_tasks.sql
+    added it to the tables there were)."""
+    if "writer_task" not in column_shapes(rows, staging):
+        rows.cur.execute(sql.SQL(Q["add_writer_task"]).format(staging=staging))
 
 
 def _add_marks(rows: LedgerRows, table: sql.Identifier, marks: tuple[str, ...]) -> None:

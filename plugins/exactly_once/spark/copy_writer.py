@@ -35,7 +35,8 @@ def write_staging(frame: DataFrame, table: str, jdbc: Mapping[str, str], targets
     ledger (with the attempt's `token`), each row names the Spark task attempt that wrote it,
     and once Spark commits the write the ledger keeps only the rows of the task attempts it
     committed (`exactly_once.settle_staged`): a task run again after it committed its COPY
-    adds nothing. Pre-commit checks the count against the table."""
+    adds nothing. Pre-commit checks the count against the table (a task attempt committing
+    after the settlement shows there)."""
     written = Observation(f"rows written to {table}")
     tagged = frame.withColumns({"checkpoint_id": F.lit(checkpoint_id), "attempt": F.lit(attempt)})
     settled = {} if token is None else {"task_column": "writer_task", "checkpoint_id": str(checkpoint_id),

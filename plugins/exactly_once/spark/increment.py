@@ -109,4 +109,10 @@ def execute_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, att
     except Fenced:
         raise
     except Exception as error:
+        try:  # fenced meanwhile, the ledger's staging functions refused the zombie: it says so, and exits 3
+            ledger.current(checkpoint_id, attempt)
+        except Fenced:
+            raise
+        except Exception:
+            pass  # the ledger out of reach too: the job's own error says more
         raise JobFailure(f"{type(error).__name__}: {error}", is_retryable(error)) from error
