@@ -32,7 +32,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * <p>Append only. With {@code task_column}, each row also gets the id of the Spark task attempt
  * that wrote it; with {@code checkpoint_id}, {@code attempt} and {@code token} too, the write is
  * settled when Spark commits the job (Settlement): only the rows of the task attempts Spark
- * committed stay, so a task run again after it committed its COPY adds nothing.
+ * committed stay, so a task run again after it committed its COPY adds nothing (one committing
+ * after the settlement adds rows pre-commit's count finds).
  */
 public final class CopySource implements TableProvider, DataSourceRegister {
 

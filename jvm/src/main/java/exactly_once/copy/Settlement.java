@@ -15,7 +15,8 @@ import org.postgresql.Driver;
  * attempts whose commit messages reached it count. An attempt that committed its COPY and then
  * failed (its executor lost before the driver heard of it) leaves rows that its retry writes
  * again; the ledger's {@code exactly_once.settle_staged} deletes them by the task column and
- * checks that what is left of the attempt's rows is what the committed messages say was written.
+ * checks that the committed attempts' rows are what their messages say was written (an attempt
+ * committing after this adds rows pre-commit's count finds).
  * Options: {@code checkpoint_id}, {@code attempt} (the rows' tag), {@code token} (the attempt's).
  */
 record Settlement(long checkpoint, int tag, String token) implements Serializable {
