@@ -403,7 +403,8 @@ SELECT (SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%(table)
 
 -- name: references_table
 -- Whether a table has a foreign key to another: a trial promotes the referenced table's
--- sink too, so that the key sees the checkpoint's new rows there.
+-- sink too, so that the key sees the checkpoint's new rows there, and registration wants
+-- the referenced sink listed first (a trial checks even a deferred key after each sink).
 SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = to_regclass(%(table)s) AND contype = 'f'
                                           AND confrelid = to_regclass(%(referenced)s));
 

@@ -23,8 +23,18 @@ class Produced:
 
 
 def create_topic(servers: str, name: str, partitions: int) -> None:
+    """Returns once the broker's metadata shows the topic with its partitions: on a busy
+    machine a topic just created is unknown to metadata requests for a while."""
     admin = AdminClient({"bootstrap.servers": servers})  # must outlive the future
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+        shown = admin.list_topics(name, timeout=10).topics.get(name)
+        if shown is not None and shown.error is None and len(shown.partitions) == partitions:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name!r} created but not shown by the broker's metadata after 30 s")
+        time.sleep(0.1)
 
 
 def last_stable_offset(servers: str, topic: str, partition: int) -> int:

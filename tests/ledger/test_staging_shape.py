@@ -6,6 +6,7 @@ the Spark job and stages each final table's columns by name."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from contextlib import closing
 
@@ -13,6 +14,7 @@ import psycopg2
 import pytest
 
 from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.registration import SinkTableError
 from exactly_once.ledger.tables import contributions_table, qualified, staging_tables
 from tests import oracle
 from tests.ledger.harness import Pipeline, committed_records, order, row_of, workload
@@ -128,3 +130,18 @@ def test_a_staging_table_without_the_writer_task_column_gets_it_at_registration(
         cur.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                     "WHERE attrelid = %s::regclass AND attname = 'writer_task' AND NOT attisdropped", (staging,))
         assert cur.fetchall() == [("bigint",)]
+
+
+@pytest.mark.parametrize("statement, says", [
+    ("ALTER TABLE {schema}.latest ADD COLUMN writer_task bigint",
+     "sink 'latest': table {schema}.latest: column writer_task: has the name of a column the ledger adds"),
+    ("ALTER TABLE {schema}.events ADD FOREIGN KEY (k) REFERENCES {schema}.latest (k)",
+     "sink 'events': table {schema}.events: has a foreign key to the table of sink 'latest', which is listed after it"),
+])
+def test_registration_refuses_final_tables_its_staging_or_its_commit_cannot_serve_naming_them(pipeline, statement,
+                                                                                               says):
+    """Without the preflight (which lists the same problems): a final column named like one of
+    the staging table's own, and a foreign key the commit's sink order would break."""
+    alter(pipeline, statement)
+    with pytest.raises(SinkTableError, match=re.escape(says.format(schema=pipeline.config.name))):
+        pipeline.ledger.register()

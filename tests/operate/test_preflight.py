@@ -100,6 +100,14 @@ BROKEN = {
         NO_TRANSFORM, "ALTER TABLE {s}.events ADD COLUMN region text",
         ["sink 'events': table {s}.events: column region: takes its value from no field of source.key_schema or "
          "source.value_schema and is none of the library's ['kafka_offset', 'kafka_partition', 'kafka_timestamp', 'kafka_topic']"]),
+    "a column named like one the ledger adds": (
+        {}, "ALTER TABLE {s}.events ADD COLUMN attempt integer",
+        ["sink 'events': table {s}.events: column attempt: has the name of a column the ledger adds to the sink's "
+         "staging table (checkpoint_id, attempt, writer_task): rename it"]),
+    "a foreign key to a sink listed after": (
+        {}, "ALTER TABLE {s}.events ADD FOREIGN KEY (k) REFERENCES {s}.latest (k)",
+        ["sink 'events': table {s}.events: has a foreign key to the table of sink 'latest', which is listed after "
+         "it: list 'latest' first"]),
     "transform import error": ({"transform": "tests.no_such_module:prepare"}, "",
                                ["transform 'tests.no_such_module:prepare': module 'tests.no_such_module' does "
                                 "not import: ModuleNotFoundError: No module named 'tests.no_such_module'"]),

@@ -172,6 +172,26 @@ def test_a_sink_whose_foreign_key_references_another_sinks_new_rows_isolates_onl
     assert list(orders.dead_letter_reasons().values()) == ["sink orders: order cursed is cursed"]
 
 
+def test_a_record_a_deferred_foreign_key_refuses_is_isolated_by_the_trial_not_refused_at_every_commit(
+        spark, ledger_db, kafka_servers, topic):
+    """PostgreSQL checks a DEFERRABLE INITIALLY DEFERRED key at commit, which a trial never
+    reaches: the trial checks it after each sink's promotion (migration 0016), so the order
+    of an unknown sku is a dead letter and the rest commits in the same run."""
+    orders = Orders(ledger_db, kafka_servers, topic, extra_ddl="""
+        CREATE TABLE {s}.skus (sku varchar(8) PRIMARY KEY);
+        INSERT INTO {s}.skus VALUES ('apple'), ('pear'), ('plum');
+        ALTER TABLE {s}.orders ADD CONSTRAINT known_sku FOREIGN KEY (sku) REFERENCES {s}.skus (sku)
+            DEFERRABLE INITIALLY DEFERRED;""")
+    unknown = order("unknown", sku="kiwi")
+    orders.produce(valid_orders(0, 12) + [(1, b"k", unknown)])
+    orders.run(spark)  # committed in this run: the commit is not refused
+    orders.bad = {unknown}
+    orders.assert_exact()
+    [reason] = orders.dead_letter_reasons().values()
+    assert reason.startswith('sink orders: insert or update on table "orders" violates foreign key constraint '
+                             '"known_sku"')
+
+
 def test_the_fail_policy_fails_naming_the_record_a_transform_raises_on(spark, ledger_db, kafka_servers, topic):
     orders = Orders(ledger_db, kafka_servers, topic)
     orders.config = orders.ledger.config = orders.config.model_copy(update={"on_bad_record": "fail"})

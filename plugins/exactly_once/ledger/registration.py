@@ -58,6 +58,9 @@ class Shape:
 def register(rows: LedgerRows) -> None:
     """Idempotent; call with the pipeline locked."""
     config = rows.config
+    problems = order_problems(rows.cur, config)
+    if problems:
+        raise SinkTableError("; ".join(str(p) for p in problems))
     rows.run("register_pipeline", pipeline=config.name, config=config.model_dump_json())
     rows.record_version()
     for sink in config.sinks:
@@ -229,14 +232,35 @@ def structure_problems(config: PipelineConfig, sink: Sink, columns: list[ColumnT
     not unique on what the mode merges on; each with its fix."""
     if not columns:
         return [Problem(table_subject(sink), "does not exist", ddl.create_table(config, sink))]
+    problems = [Problem(f"{table_subject(sink)}: column {c.name}", "has the name of a column the ledger adds to "
+                        f"the sink's staging table ({', '.join(STAGING_OWN)}): rename it, in the table and in "
+                        "what the transform writes")
+                for c in columns if c.name in STAGING_OWN]
     mode = sink.strategy
-    problems = [Problem(f"{table_subject(sink)}: column {c}", f"is missing: the {sink.mode} mode needs it",
-                        ddl.add_column(config, sink, c))
-                for c in sorted(mode.required_columns(sink) - {c.name for c in columns})]
+    problems += [Problem(f"{table_subject(sink)}: column {c}", f"is missing: the {sink.mode} mode needs it",
+                         ddl.add_column(config, sink, c))
+                 for c in sorted(mode.required_columns(sink) - {c.name for c in columns})]
     if mode.unique_columns(sink) and mode.unique_columns(sink) not in unique:
         problems.append(Problem(table_subject(sink), f"has no unique index or constraint on exactly "
                                                      f"{sorted(mode.unique_columns(sink))}, which the {sink.mode} "
                                                      "mode merges on", ddl.add_unique(sink)))
+    return problems
+
+
+def order_problems(cur, config: PipelineConfig) -> list[Problem]:
+    """A sink whose final table has a foreign key to the table of a sink listed after it: the
+    commit promotes the sinks in their order (and a trial checks even a deferred key after
+    each sink), so the key would not see the checkpoint's new rows there, and each record naming a new key would fail it
+    (isolation would then dead-letter them all, or give up)."""
+    problems = []
+    for index, sink in enumerate(config.sinks):
+        for later in config.sinks[index + 1:]:
+            cur.execute(Q["references_table"], {"table": final_table(sink).as_string(cur),
+                                                "referenced": final_table(later).as_string(cur)})
+            if cur.fetchone()[0]:
+                problems.append(Problem(table_subject(sink), f"has a foreign key to the table of sink {later.name!r}, "
+                                                             f"which is listed after it: list {later.name!r} first "
+                                                             "(the commit promotes the sinks in their order)"))
     return problems
 
 

@@ -30,7 +30,7 @@ from exactly_once.catalog import ColumnType, column_types, refuses_type
 from exactly_once.config import PipelineConfig, Sink
 from exactly_once.errors import ConfigError
 from exactly_once.ledger.kafka_offsets import KafkaOffsets, KafkaRefused
-from exactly_once.ledger.registration import structure_problems, table_subject, unique_column_sets
+from exactly_once.ledger.registration import order_problems, structure_problems, table_subject, unique_column_sets
 from exactly_once.ledger.tables import final_table
 from exactly_once.ledger.versions import config_version
 from exactly_once.problems import PreflightFailed, Problem
@@ -74,6 +74,7 @@ def _source_and_sink_problems(config: PipelineConfig, kafka: KafkaOffsets | None
         with closing(connect()) as conn, conn, conn.cursor() as cur:
             for sink in config.sinks:
                 problems += table_problems(cur, config, sink)
+            problems += order_problems(cur, config)
     return problems
 
 
