@@ -250,8 +250,8 @@ def structure_problems(config: PipelineConfig, sink: Sink, columns: list[ColumnT
 def order_problems(cur, config: PipelineConfig) -> list[Problem]:
     """A sink whose final table has a foreign key to the table of a sink listed after it: the
     commit promotes the sinks in their order (and a trial checks even a deferred key after
-    each sink), so the key would not see the checkpoint's new rows there, and each record naming a new key would fail it
-    (isolation would then dead-letter them all, or give up)."""
+    each sink), so the key would not see the checkpoint's new rows there, and each record
+    naming a new key would fail it (isolation would then dead-letter them all, or give up)."""
     problems = []
     for index, sink in enumerate(config.sinks):
         for later in config.sinks[index + 1:]:
