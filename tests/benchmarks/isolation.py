@@ -6,7 +6,11 @@ demo pipeline with the transform tests/benchmarks/raising.py, run as its tasks r
 rotates), medians printed with each repetition's value in brackets. A run fails unless the
 dead letters with the transform's reason are exactly the k raising orders.
 
-    ./dev bench-isolation [--orders 1000000] [--raising 1 10] [--repetitions 3]
+    ./dev bench-isolation [--orders 1000000] [--raising 1 10] [--repetitions 3] [--profile]
+
+With --profile, each checkpoint's Spark event log is written beside its log, and read into
+`<pipeline>-profile.md`: its SQL executions (each probe is one) with their stages' tasks, run,
+CPU and GC seconds (tests/benchmarks/profiling.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import os
 import random
 import re
+import shutil
 import statistics
 import time
 from contextlib import closing
@@ -36,7 +41,7 @@ from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import ABORT_EVERY, MALFORMED_EVERY, POISON_EVERY, order, produce
 from exactly_once_stack import lifecycle
 from exactly_once_stack.settings import LOCAL, process_environment
-from tests.benchmarks import copies
+from tests.benchmarks import copies, profiling
 from tests.benchmarks.raising import MARK
 from tests.benchmarks.spark_app import increment_job
 from tests.benchmarks.throughput import JOB, PER_TRANSACTION
@@ -66,8 +71,10 @@ def raising_orders(chosen: set[int]):
     return encoded
 
 
-def checkpoint(k: int, topic: str, repetition: int, servers: str, db_url: str, folder: Path) -> dict:
-    """One checkpoint of a fresh copy of the demo over the whole topic: its job's figures."""
+def checkpoint(k: int, topic: str, repetition: int, servers: str, db_url: str, folder: Path,
+               profile: bool = False) -> dict:
+    """One checkpoint of a fresh copy of the demo over the whole topic: its job's figures (and
+    with `profile`, its Spark timeline in `<name>-profile.md`)."""
     name = f"iso_{k}_{repetition}"
     config = demo_config(name, topic, name, transform=TRANSFORM)
     copies.forget(db_url, config, [name])
@@ -80,6 +87,10 @@ def checkpoint(k: int, topic: str, repetition: int, servers: str, db_url: str, f
                                                ).checkpoint.id
     jobs, log = [], folder / f"{name}.log"
     shipped = {"spark.submit.pyFiles": str(code_archive(config))}  # the transform's package, as the task ships it
+    event_logs = folder / f"{name}-event-logs"
+    if profile:
+        shutil.rmtree(event_logs, ignore_errors=True)
+        shipped.update(profiling.event_log_conf(event_logs))
     with settings.written() as settings_file:
         tasks.run_increment(ledger, checkpoint_id, increment_job(JOB, settings_file, log, jobs, shipped))
     if tasks.commit_checkpoint(ledger, checkpoint_id, try_number=1) is not Outcome.COMMITTED:
@@ -90,6 +101,8 @@ def checkpoint(k: int, topic: str, repetition: int, servers: str, db_url: str, f
     marked = f'"order_id": "{MARK}'.encode()
     if len(raised) != k or not all(marked in bytes(value) for value, in raised):
         raise AssertionError(f"{name}: the transform's dead letters are not the {k} raising orders; log {log}")
+    if profile:
+        profiling.write_profile(folder / f"{name}-profile.md", event_logs, {}, name)
     report = jobs[0].report
     seconds = report["seconds"]
     return {"job": jobs[0].seconds, "read": seconds["read"], "write_staging": seconds["write_staging"],
@@ -120,6 +133,7 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=1_000_000)
     parser.add_argument("--raising", type=int, nargs="+", default=[1, 10], help="how many orders raise (k)")
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="and each checkpoint's Spark timeline, beside its log")
     args = parser.parse_args()
     began = time.monotonic()
     lifecycle.up()
@@ -139,7 +153,7 @@ def main() -> None:
         runs = {k: [] for k in ks}
         for repetition in range(args.repetitions):
             for k in ks[repetition % len(ks):] + ks[:repetition % len(ks)]:
-                runs[k].append(checkpoint(k, topics[k], repetition, servers, db_url, folder))
+                runs[k].append(checkpoint(k, topics[k], repetition, servers, db_url, folder, args.profile))
                 print(f"k={k} repetition {repetition}: {runs[k][-1]}", flush=True)
     finally:
         for topic in topics.values():

@@ -123,9 +123,11 @@ def statements(database: str, into: dict[str, str], part: str) -> Iterator[None]
         into[part] = "\n".join(lines)
 
 
-def write_profile(path: Path, event_logs: Path, parts: dict[str, str]) -> None:
+def write_profile(path: Path, event_logs: Path, parts: dict[str, str], pipeline: str | None = None) -> None:
+    """The timeline of the last event log in `event_logs`, and the statements of `parts`, into
+    `path`, titled by the pipeline's name (by default, the folder's)."""
     logs = sorted(event_logs.iterdir())
-    sections = [f"# Profile of {path.parent.name}'s checkpoint", "",
+    sections = [f"# Profile of {pipeline or path.parent.name}'s checkpoint", "",
                 f"## The increment job's Spark timeline ({logs[-1].name})", "", timeline_table(timeline(logs[-1]))]
     for part, table in parts.items():
         sections += ["", f"## PostgreSQL statements during {part}, heaviest first", "", table]

@@ -60,21 +60,37 @@ def _took(seconds: float, count: int, unit: str) -> str:
     return f"{seconds:.2f} s · {_n(count / seconds)} {unit}/s"
 
 
-def throughput_table(results: list[Throughput]) -> str:
-    """One column per size; the phases, limits and peers (medians), then the ratios the issue
-    sets targets for (the median of the repetitions' own ratios, and each of them)."""
-    def row(label: str, cell) -> str:
-        return f"| {label} | " + " | ".join(cell(t) for t in results) + " |"
+RUNNERS = {"submitted": "spark-submit", "connected": "warm Spark Connect"}  # a column each, per size
 
-    def took(label: str, seconds, count, unit: str) -> str:
-        return row(label, lambda t: _took(t.median(seconds), count(t), unit))
+
+def throughput_table(results: list[Throughput]) -> str:
+    """Two columns per size: the checkpoint with its job by spark-submit, and by a client of
+    a warm Spark Connect server. The phases, limits and peers (medians; the limits and peers
+    in the first column only, as both checkpoints are compared with the same), then the
+    ratios the issue sets targets for (the median of the repetitions' own ratios, and each)."""
+    columns = [(t, runner) for t in results for runner in RUNNERS]
+
+    def row(label: str, cell, shared: bool = False) -> str:
+        """`cell(throughput, runner)`; a `shared` figure only in each size's first column."""
+        return f"| {label} | " + " | ".join("" if shared and runner != "submitted" else cell(t, runner)
+                                            for t, runner in columns) + " |"
+
+    def checkpoint(value):
+        """A figure of the column's checkpoint: `value(CheckpointRun, Repetition)`."""
+        return lambda runner: lambda r: value(getattr(r, runner), r)
+
+    def took(label: str, seconds, count, unit: str, shared: bool = False) -> str:
+        return row(label, lambda t, runner: _took(t.median(seconds(runner)), count(t), unit), shared)
 
     def seconds(label: str, value) -> str:
-        return row(label, lambda t: f"{t.median(value):.2f} s")
+        return row(label, lambda t, runner: f"{t.median(value(runner)):.2f} s")
 
     def ratio(label: str, value) -> str:
-        return row(label, lambda t: f"**{t.median(value):.2f}** ("
-                   + ", ".join(f"{value(r):.2f}" for r in t.repetitions) + ")")
+        return row(label, lambda t, runner: f"**{t.median(value(runner)):.2f}** ("
+                   + ", ".join(f"{value(runner)(r):.2f}" for r in t.repetitions) + ")")
+
+    def limit(value):
+        return lambda runner: value
 
     def records(t: Throughput) -> int:
         return t.records
@@ -85,55 +101,67 @@ def throughput_table(results: list[Throughput]) -> str:
     def sink_rows(t: Throughput) -> int:
         return t.repetitions[0].sink_rows
 
+    def peak_memory(t: Throughput, runner: str) -> str:
+        if runner == "connected":
+            return "the server's JVM, shared by every job on it"
+        return (f"{t.median(lambda r: r.submitted.job.peak_jvm) / MiB:,.0f} / "
+                f"{t.median(lambda r: r.submitted.job.peak_python) / MiB:,.0f} MiB")
+
+    def batches(peer) -> str:
+        return lambda t, runner: _took(t.median(lambda r: peer(r).seconds), t.records, "records") \
+            + f" ({max(peer(r).report['batches'] for r in t.repetitions)} batch(es) at most)"
+
     rows = [
-        "| median of the repetitions | " + " | ".join(f"{_n(t.orders)} orders" for t in results) + " |",
-        "|---|" + "---:|" * len(results),
-        row("repetitions (each job's place in them rotates)", lambda t: str(len(t.repetitions))),
-        row("committed records read (aborted transactions are skipped)", lambda t: _n(t.records)),
+        "| median of the repetitions | " + " | ".join(f"{_n(t.orders)} orders, {RUNNERS[runner]}"
+                                                    for t, runner in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+        row("repetitions (each job's place in them rotates)", lambda t, runner: str(len(t.repetitions))),
+        row("committed records read (aborted transactions are skipped)", lambda t, runner: _n(t.records)),
         row("produce once (confluent-kafka, transactions of 50,000, every 7th aborted)",
-            lambda t: _took(t.produce, t.orders, "orders")),
-        took("**exactly-once checkpoint, end to end**", lambda r: r.end_to_end, records, "records"),
-        seconds("· plan: register, recover, Kafka offsets, freeze ranges", lambda r: r.plan),
+            lambda t, runner: _took(t.produce, t.orders, "orders"), shared=True),
+        took("**exactly-once checkpoint, end to end**", checkpoint(lambda c, r: c.end_to_end), records, "records"),
+        seconds("· plan: register, recover, Kafka offsets, freeze ranges", checkpoint(lambda c, r: c.plan)),
         seconds("· increment task around its job: start attempt (fence, clear staging, trial statements, token), "
-                "spark-submit", lambda r: r.start_attempt),
-        seconds("· Spark application start and stop (JVM, session, ledger read)", lambda r: r.spark_start_stop),
-        took("· Spark read + parse, cached", lambda r: r.phase("read"), records, "records"),
+                "spark-submit or the Connect client's launch", checkpoint(lambda c, r: c.start_attempt)),
+        seconds("· Spark application start and stop (JVM, session, ledger read); over Connect, the client's "
+                "session", checkpoint(lambda c, r: c.spark_start_stop)),
+        took("· Spark read + parse, cached", checkpoint(lambda c, r: c.phase("read")), records, "records"),
         took("· staging write: transform, row checks, sink rows, COPY (all sinks)",
-             lambda r: r.phase("write_staging"), staged, "rows"),
-        seconds("· pre-commit by the task: row counts of staging", lambda r: r.pre_commit),
-        seconds("· commit: promote every sink, record offsets (one transaction)", lambda r: r.commit),
-        seconds("· staging clean-up after the commit", lambda r: r.clean_up),
-        row("Spark driver peak RSS, JVM / Python", lambda t: f"{t.median(lambda r: r.job.peak_jvm) / MiB:,.0f} / "
-            f"{t.median(lambda r: r.job.peak_python) / MiB:,.0f} MiB"),
-        row("staged rows (all sinks and dead letters)", lambda t: _n(staged(t))),
+             checkpoint(lambda c, r: c.phase("write_staging")), staged, "rows"),
+        seconds("· pre-commit by the task: row counts of staging", checkpoint(lambda c, r: c.pre_commit)),
+        seconds("· commit: promote every sink, record offsets (one transaction)", checkpoint(lambda c, r: c.commit)),
+        seconds("· staging clean-up after the commit", checkpoint(lambda c, r: c.clean_up)),
+        row("Spark driver peak RSS, JVM / Python", peak_memory),
+        row("staged rows (all sinks and dead letters)", lambda t, runner: _n(staged(t))),
         took("**limit:** PostgreSQL binary COPY of the staged rows from files, bare tables (no index)",
-             lambda r: r.copy_bare, staged, "rows"),
-        took("**limit:** the same into tables like staging (its index)", lambda r: r.copy_like_staging, staged,
-             "rows"),
+             limit(lambda r: r.limits.copy_bare), staged, "rows", shared=True),
+        took("**limit:** the same into tables like staging (its index)", limit(lambda r: r.limits.copy_like_staging),
+             staged, "rows", shared=True),
         took("**limit:** INSERT … SELECT of every sink's rows into tables with the final tables' indexes",
-             lambda r: r.insert_select, sink_rows, "rows"),
+             limit(lambda r: r.limits.insert_select), sink_rows, "rows", shared=True),
         took("**limit:** Spark Kafka read → noop sink, in the application",
-             lambda r: r.kafka_read.report["seconds"], records, "records"),
-        took("**limit:** the same, whole application", lambda r: r.kafka_read.seconds, records, "records"),
+             limit(lambda r: r.kafka_read.report["seconds"]), records, "records", shared=True),
+        took("**limit:** the same, whole application", limit(lambda r: r.kafka_read.seconds), records, "records",
+             shared=True),
         took("**peer:** at-least-once job, the same COPY writer, straight into final tables, whole application",
-             lambda r: r.at_least_once.seconds, records, "records"),
+             limit(lambda r: r.at_least_once.seconds), records, "records", shared=True),
         row("**peer:** Structured Streaming, AvailableNow + foreachBatch, Spark's JDBC writer, whole application",
-            lambda t: _took(t.median(lambda r: r.streaming.seconds), t.records, "records")
-            + f" ({max(r.streaming.report['batches'] for r in t.repetitions)} batch(es) at most)"),
-        row("**peer:** the same with the COPY writer",
-            lambda t: _took(t.median(lambda r: r.streaming_copy.seconds), t.records, "records")
-            + f" ({max(r.streaming_copy.report['batches'] for r in t.repetitions)} batch(es) at most)"),
+            batches(lambda r: r.streaming), shared=True),
+        row("**peer:** the same with the COPY writer", batches(lambda r: r.streaming_copy), shared=True),
         ratio("staging write / bare binary COPY, time (target ≤ 2.0)",
-              lambda r: r.phase("write_staging") / r.copy_bare),
-        ratio("staging write / COPY like staging, time", lambda r: r.phase("write_staging") / r.copy_like_staging),
-        ratio("commit / INSERT … SELECT, time (target ≤ 1.2)", lambda r: r.commit / r.insert_select),
-        ratio("commit and clean-up / INSERT … SELECT, time", lambda r: (r.commit + r.clean_up) / r.insert_select),
+              checkpoint(lambda c, r: c.phase("write_staging") / r.limits.copy_bare)),
+        ratio("staging write / COPY like staging, time",
+              checkpoint(lambda c, r: c.phase("write_staging") / r.limits.copy_like_staging)),
+        ratio("commit / INSERT … SELECT, time (target ≤ 1.2)",
+              checkpoint(lambda c, r: c.commit / r.limits.insert_select)),
+        ratio("commit and clean-up / INSERT … SELECT, time",
+              checkpoint(lambda c, r: (c.commit + c.clean_up) / r.limits.insert_select)),
         ratio("exactly-once / at-least-once, time (target ≤ 1.05)",
-              lambda r: r.end_to_end / r.at_least_once.seconds),
+              checkpoint(lambda c, r: c.end_to_end / r.at_least_once.seconds)),
         ratio("exactly-once / Structured Streaming with JDBC, throughput (target ≥ 1.2)",
-              lambda r: r.streaming.seconds / r.end_to_end),
+              checkpoint(lambda c, r: r.streaming.seconds / c.end_to_end)),
         ratio("exactly-once / Structured Streaming with COPY, time (target ≤ 1.1)",
-              lambda r: r.end_to_end / r.streaming_copy.seconds),
+              checkpoint(lambda c, r: c.end_to_end / r.streaming_copy.seconds)),
     ]
     return "\n".join(rows)
 

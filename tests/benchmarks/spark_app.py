@@ -5,6 +5,7 @@ process it starts), read from the kernel's high-water marks while it runs."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import time
 from collections.abc import Mapping
@@ -85,4 +86,35 @@ def increment_job(job: Path, settings: Path, log: Path, runs: list[SparkRun], co
         run = submit(job, [*arguments, "--settings", str(settings)], log, conf)
         runs.append(run)
         return AttemptReport(**run.report)
+    return execute
+
+
+def connect_job(runner, log: Path, runs: list[SparkRun]):
+    """An `execute` for `tasks.run_increment`: the increment job as the task runs it on a
+    `spark_connect` connection (`exactly_once.spark.runners.ConnectRunner`, a Python client
+    of a warm server), its output in `log`, its run kept in `runs`, timed from the client's
+    launch to its exit. Its driver is the server's JVM, which every job on the server
+    shares: no peak memory is read (0)."""
+    from dataclasses import asdict
+
+    from exactly_once.spark.report import AttemptReport
+
+    def execute(arguments: list[str]) -> AttemptReport:
+        output = logging.FileHandler(log, mode="w")
+        runner_log = logging.getLogger("exactly_once.spark.runners")  # where the runner writes the job's lines
+        runner_log.addHandler(output)
+        runner_log.setLevel(logging.INFO)
+        runner_log.propagate = False  # the job's lines go to its log, not to the benchmark's output
+        started = time.perf_counter()
+        try:
+            report = runner(arguments)
+        except Exception as failed:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"the increment job over Spark Connect failed; log {log}:\n{tail}") from failed
+        finally:
+            runner_log.removeHandler(output)
+            runner_log.propagate = True
+            output.close()
+        runs.append(SparkRun(time.perf_counter() - started, 0, 0, asdict(report)))
+        return report
     return execute

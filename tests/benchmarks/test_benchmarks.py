@@ -19,16 +19,19 @@ def test_a_small_run_measures_the_checkpoint_its_limits_and_its_peers(kafka_serv
     assert result.records == ORDERS
     assert BAD == 9  # 3 malformed, 6 with a NUL in the sku
     [repetition] = result.repetitions
-    assert repetition.job.report["rows"]["orders"] == ORDERS - BAD
-    assert repetition.job.report["rows"]["_dead_letters"] == BAD
-    assert repetition.staged_rows == sum(repetition.job.report["rows"].values())
-    assert set(repetition.job.report["seconds"]) == {"read", "write_staging"}  # the task pre-commits
-    assert repetition.pre_commit > 0 and repetition.start_attempt > 0
-    assert repetition.job.peak_jvm > 0 and repetition.job.peak_python > 0
+    # the same checkpoint by spark-submit and over the warm Spark Connect server (their tables
+    # equal, or the run raises)
+    for checkpoint in (repetition.submitted, repetition.connected):
+        assert checkpoint.job.report["rows"]["orders"] == ORDERS - BAD
+        assert checkpoint.job.report["rows"]["_dead_letters"] == BAD
+        assert set(checkpoint.job.report["seconds"]) == {"read", "write_staging"}  # the task pre-commits
+        assert checkpoint.pre_commit > 0 and checkpoint.start_attempt > 0
+        assert 0 < checkpoint.end_to_end - checkpoint.spark_start_stop < checkpoint.end_to_end
+    assert repetition.staged_rows == sum(repetition.submitted.job.report["rows"].values())
+    assert repetition.submitted.job.peak_jvm > 0 and repetition.submitted.job.peak_python > 0
     assert repetition.streaming.report["batches"] >= 1
-    assert 0 < repetition.end_to_end - repetition.spark_start_stop < repetition.end_to_end
     table = run.throughput_table([result])
-    assert "| 3,000 orders |" in table and "nan" not in table
+    assert "| 3,000 orders, spark-submit | 3,000 orders, warm Spark Connect |" in table and "nan" not in table
 
 
 def test_the_isolation_benchmark_sets_aside_exactly_the_order_its_transform_raises_on(kafka_servers, ledger_db,

@@ -5,7 +5,7 @@ here), each with a `FORMAT` object. A new format (CSV, say) is a new module; the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,10 +31,13 @@ class Encoded:
 class RecordFormat(Protocol):
     needs_registry: bool  # whether it reads through source.schema_registry, into a `<part>_reader_schema`
 
-    def decode(self, records: DataFrame, encoded: Encoded) -> tuple[Column, Column]:
-        """(fields, reason) of each record: a struct of the schema's fields, and null when
-        the column holds them, otherwise why not (naming the field, or the column). Never
-        called for a null column: the caller says why a null is what it is."""
+    def decode(self, records: DataFrame, encoded: Encoded) -> tuple[Column, Callable[[Column], Column]]:
+        """(fields, why_not) of each record: a struct of the schema's fields, and a function
+        of the column that struct is projected into, giving null when the record's column
+        holds the fields, otherwise why not (naming the field, or the column). The caller
+        projects the fields first and asks `why_not` of that column, so that the decoder runs
+        once per record (a field of a `from_json` in the same projection is a JSON parse of its
+        own). Never called for a null column: the caller says why a null is what it is."""
 
     def problems(self, encoded: Encoded) -> list[Problem]:
         """What keeps the format from reading the column, known before any record is read

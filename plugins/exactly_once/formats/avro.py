@@ -66,9 +66,8 @@ class Avro:
         for i, (_, why_not) in writers.items():
             if why_not is not None:
                 reason = reason.when(schema_id == i, F.lit(f"{encoded.column}: {why_not}"))
-        reason = reason.when(decoded.isNull(), F.format_string(
+        return decoded, lambda fields: reason.when(fields.isNull(), F.format_string(
             f"{encoded.column} does not decode with its writer schema (id %d) into the reader schema", schema_id))
-        return decoded, reason
 
     def problems(self, encoded) -> list[Problem]:
         """The reader schema's: not in the registry, not giving the columns, or (one of the

@@ -13,7 +13,8 @@ class String:
         text = F.col(encoded.column).cast("string")
         utf8 = F.expr(f"is_valid_utf8(CAST({encoded.column} AS STRING))")
         return (F.struct(text.alias(name)),
-                F.when(~utf8, F.lit(f"{encoded.column} is not valid UTF-8")).otherwise(F.lit(None).cast("string")))
+                lambda fields: F.when(~utf8, F.lit(f"{encoded.column} is not valid UTF-8"))
+                .otherwise(F.lit(None).cast("string")))
 
     def problems(self, encoded):
         return []

@@ -61,18 +61,21 @@ def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry |
     null_value = F.col(_RAW).isNull()
     tombstone = null_value & F.col(_RAW_KEY).isNotNull()
     kept = source.tombstones != "dead_letter"
-    value_fields, value_reason = format_of(source.value_format).decode(shown, source.encoded("value", registry))
+    value_fields, value_why_not = format_of(source.value_format).decode(shown, source.encoded("value", registry))
     decoded = {"parsed": value_fields}
     reasons = [F.col(_TOO_LARGE)]
     if source.key_format != NO_KEY:
-        key_fields, key_reason = format_of(source.key_format).decode(shown, source.encoded("key", registry))
+        key_fields, key_why_not = format_of(source.key_format).decode(shown, source.encoded("key", registry))
         decoded["parsed_key"] = key_fields
-        reasons.append(F.when(F.col(_RAW_KEY).isNull(), F.lit("key is null")).otherwise(key_reason))
+        reasons.append(F.when(F.col(_RAW_KEY).isNull(), F.lit("key is null"))
+                       .otherwise(key_why_not(F.col("parsed_key"))))
     reasons.append(F.when(tombstone, F.lit(None if kept else "value is null (a tombstone: source.tombstones is "
                                                              "dead_letter)").cast("string"))
-                   .when(null_value, F.lit("value is null")).otherwise(value_reason))
-    return (shown.withColumns({**decoded, "reason": F.coalesce(*reasons), _TOMBSTONE: tombstone & F.lit(kept),
-                               "key": F.col(_RAW_KEY), "value": F.col(_RAW), _SET_ASIDE: F.lit(False)})
+                   .when(null_value, F.lit("value is null")).otherwise(value_why_not(F.col("parsed"))))
+    # The fields first, then why not from their columns: each record is decoded once.
+    return (shown.withColumns(decoded)
+            .withColumns({"reason": F.coalesce(*reasons), _TOMBSTONE: tombstone & F.lit(kept), "key": F.col(_RAW_KEY),
+                          "value": F.col(_RAW), _SET_ASIDE: F.lit(False)})
             .drop(_TOO_LARGE, _RAW_KEY, _RAW))
 
 
