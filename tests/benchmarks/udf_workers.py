@@ -1,7 +1,7 @@
 """What a record-isolation probe of a few records costs after a failing one, with the
 transform's Python UDF Arrow-optimized (PySpark 4.2's default) and not: a task that raises
-loses its Python worker, and the next probe's tasks get fresh ones, which import what the
-UDF's evaluation needs (pyarrow and pandas for an Arrow-optimized one). In one warm
+loses its Python worker, and the next probe's tasks get fresh ones, which prepare what the
+UDF's evaluation needs (pyarrow, for an Arrow-optimized one). In one warm
 application (local[2]) over 900,000 cached rows in 6 partitions, each round probes (into the
 noop sink) a part holding a row the UDF raises on, then a passing part, then another
 passing part, for both kinds of UDF in turn; prints medians and every round. Figures, not tests.
