@@ -71,7 +71,7 @@ DEAD = ["topic", "partition", "offset", "key", "value", "reason"]
 @dataclass(frozen=True)
 class Repetition:
     submitted: CheckpointRun    # its job by spark-submit, an application of its own
-    connected: CheckpointRun    # the same, a client of the warm Spark Connect server
+    connected: CheckpointRun | None  # the same, a client of the warm Spark Connect server (None: not run)
     staged_rows: int            # every sink's staging rows and the dead letters
     limits: Limits
     kafka_read: SparkRun
@@ -115,18 +115,20 @@ def rotated(repetition: int) -> tuple[str, ...]:
 class Bench:
     """One repetition's pipelines over the size's topic: names, tables, and what they run."""
 
-    def __init__(self, orders: int, repetition: int, servers: str, db_url: str, folder: Path, profile: bool = False):
+    def __init__(self, orders: int, repetition: int, servers: str, db_url: str, folder: Path, profile: bool = False,
+                 connect: bool = True):
         self.orders, self.repetition, self.servers, self.db_url = orders, repetition, servers, db_url
         self.profile = profile  # its Spark event log and PostgreSQL statements (tests/benchmarks/profiling.py)
         self.topic = f"bench_{orders}"
         self.name = f"bench_{orders}_{repetition}"
         self.folder = folder / self.name
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.schemas = {v: f"{self.name}_{v}" for v in VARIANTS}
+        self.schemas = {v: f"{self.name}_{v}" for v in VARIANTS if connect or v != "eoc"}
         self.limits_schema = f"{self.name}_limits"
         self.config = demo_config(self.name, self.topic, self.schemas["eo"])
         self.pipeline = TimedPipeline(self.config, db_url)
-        self.connected = TimedPipeline(demo_config(f"{self.name}_connect", self.topic, self.schemas["eoc"]), db_url)
+        self.connected = TimedPipeline(demo_config(f"{self.name}_connect", self.topic, self.schemas["eoc"]),
+                                       db_url) if connect else None
 
     def execute(self, statement: str, params: dict | None = None, **identifiers) -> list[tuple]:
         return copies.execute(self.db_url, statement, params, **identifiers)
@@ -134,7 +136,8 @@ class Bench:
     def remove(self) -> None:
         """Everything of these pipelines but their topic, logs and reports."""
         copies.forget(self.db_url, self.config, [*self.schemas.values(), self.limits_schema])
-        copies.forget(self.db_url, self.connected.ledger.config, [])
+        if self.connected:
+            copies.forget(self.db_url, self.connected.ledger.config, [])
         for staged in self.folder.glob("staged-*.copy"):
             staged.unlink()
         for peer in ("streaming", "streaming-copy"):
@@ -150,36 +153,41 @@ class Bench:
             if variant not in ("eo", "eoc"):
                 self.execute(Q["create_peer_dead_letters"], schema=sql.Identifier(schema))
         self.execute(Q["create_schema"], schema=sql.Identifier(self.limits_schema))
-        self.pipeline.ledger.register()
-        self.connected.ledger.register()
+        for pipeline in self.pipelines().values():
+            pipeline.ledger.register()
 
     # -- one repetition ---------------------------------------------------------------------
 
     def run(self) -> Repetition:
         self.prepare()
         checkpoint, plan = self.pipeline.plan(self.servers)
-        connected, connected_plan = self.connected.plan(self.servers)
         ranges = json.dumps([[r.topic, r.partition, r.start, r.end] for r in checkpoint.ranges if r.size])
         peer = ["--pipeline", self.name, "--topic", self.topic]
         runs = {
             "exactly-once": lambda: self.checkpoint(checkpoint.id, plan),
-            "exactly-once-connect": lambda: self.connect_checkpoint(connected.id, connected_plan),
             "kafka-read": lambda: submit(PEERS, ["kafka-read", ranges], self.folder / "kafka-read.log"),
             "at-least-once": lambda: submit(PEERS, ["at-least-once", ranges, *peer, "--schema", self.schemas["alo"]],
                                             self.folder / "at-least-once.log"),
             **{name: partial(self.streaming, name, ranges, self.schemas[variant])
                for name, variant in (("streaming", "ss"), ("streaming-copy", "ssc"))},
         }
-        done = {name: runs[name]() for name in rotated(self.repetition)}
+        if self.connected:
+            connected, connected_plan = self.connected.plan(self.servers)
+            runs["exactly-once-connect"] = lambda: self.connect_checkpoint(connected.id, connected_plan)
+        done = {name: runs[name]() for name in rotated(self.repetition) if name in runs}
         self.check_peers_equal()
         submitted, staged = done["exactly-once"]
         limits = postgres_limits.measure(self.db_url, self.pipeline.ledger, self.folder, self.limits_schema)
-        return Repetition(submitted, done["exactly-once-connect"], sum(staged.values()), limits, done["kafka-read"],
+        return Repetition(submitted, done.get("exactly-once-connect"), sum(staged.values()), limits, done["kafka-read"],
                           done["at-least-once"], done["streaming"], done["streaming-copy"])
 
     def streaming(self, peer: str, ranges: str, schema: str) -> SparkRun:
         return submit(PEERS, [peer, ranges, "--pipeline", self.name, "--topic", self.topic, "--schema", schema,
                               "--checkpoint-dir", str(self.streaming_checkpoint(peer))], self.folder / f"{peer}.log")
+
+    def pipelines(self) -> dict[str, TimedPipeline]:
+        """The exactly-once pipelines run, by variant."""
+        return {"eo": self.pipeline, **({"eoc": self.connected} if self.connected else {})}
 
     def job_settings(self) -> JobSettings:
         """As IncrementOperator hands them over: the job role's database connection."""
@@ -221,12 +229,13 @@ class Bench:
         columns = {sink: [c.name for c in types] for sink, types in self.pipeline.ledger.final_columns().items()}
         differ = []
         for sink in self.config.sinks:
-            digests = {v: self.digest(sql.Identifier(self.schemas[v], sink.schema_and_table[1]), columns[sink.name])
-                       for v in VARIANTS}
+            digests = {v: self.digest(sql.Identifier(schema, sink.schema_and_table[1]), columns[sink.name])
+                       for v, schema in self.schemas.items()}
             if len(set(digests.values())) != 1:
                 differ.append(f"{sink.name}: {digests}")
-        digests = {v: self.digest(sql.Identifier(self.schemas[v], "dead_letters"), DEAD) for v in VARIANTS[2:]}
-        for variant, pipeline in (("eo", self.pipeline), ("eoc", self.connected)):
+        digests = {v: self.digest(sql.Identifier(schema, "dead_letters"), DEAD) for v, schema in self.schemas.items()
+                   if v not in ("eo", "eoc")}
+        for variant, pipeline in self.pipelines().items():
             digests[variant] = self.digest(sql.Identifier("exactly_once", "dead_letters"), DEAD, sql.SQL(
                 "pipeline = {}").format(sql.Literal(pipeline.ledger.config.name)))
         if len(set(digests.values())) != 1:
@@ -254,16 +263,18 @@ def warm_connect_server() -> Iterator[None]:
 
 
 def measure(orders: int, servers: str, db_url: str, folder: Path, repetitions: int,
-            profile: bool = False) -> Throughput:
+            profile: bool = False, connect: bool = True) -> Throughput:
+    """The size's repetitions; with `connect`, each with the checkpoint over a warm Spark
+    Connect server too."""
     topic = f"bench_{orders}"
     copies.delete_topic(servers, topic)
     try:
         with Stopwatch() as produced:
             produce(servers, orders, seed=orders, topic=topic, per_transaction=PER_TRANSACTION)
         done = []
-        with warm_connect_server():
+        with warm_connect_server() if connect else nullcontext():
             for repetition in range(repetitions):
-                bench = Bench(orders, repetition, servers, db_url, folder, profile)
+                bench = Bench(orders, repetition, servers, db_url, folder, profile, connect)
                 try:
                     done.append(bench.run())
                 finally:
