@@ -9,7 +9,7 @@ import logging
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from exactly_once_stack.settings import ROOT, SPARK_MASTER, process_environment
@@ -95,8 +95,6 @@ def connect_job(runner, log: Path, runs: list[SparkRun]):
     of a warm server), its output in `log`, its run kept in `runs`, timed from the client's
     launch to its exit. Its driver is the server's JVM, which every job on the server
     shares: no peak memory is read (0)."""
-    from dataclasses import asdict
-
     from exactly_once.spark.report import AttemptReport
 
     def execute(arguments: list[str]) -> AttemptReport:

@@ -9,7 +9,8 @@ that no job always runs first on a cold machine; the PostgreSQL limits follow th
   driver's peak memory), commit (the transaction, then the staging clean-up after it);
 - the same checkpoint, by a second copy of the pipeline, with its job run as the task runs
   it on a `spark_connect` connection: a client of a warm Spark Connect server (on local[2],
-  started once for all repetitions), so no Spark application starts per checkpoint;
+  started once for all repetitions), so no Spark application starts per checkpoint; only
+  where `measure` is asked to (`./dev bench`: sizes up to tests/benchmarks/run.py's CONNECT_UP_TO);
 - limits (tests/benchmarks/postgres_limits.py), on the PostgreSQL server: binary `COPY` of
   the checkpoint's staged rows from files into bare tables (no index) and into tables like
   staging (its index), and a bare `INSERT … SELECT` of every sink's rows from the bare
