@@ -128,6 +128,15 @@ def bootstrap_servers() -> str:
     return f"{LOOPBACK}:{ports()['kafka']}"
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka makes one (`Uuid.randomUuid`): URL-safe base64 of 16
+    bytes, never starting with "-", which the storage tool takes for an option (a set-up in 64
+    failed so)."""
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
+
+
 def start() -> bool:
     """Makes the TLS certificates and formats the storage on first use, starts the broker, adds
     kafka_default's SCRAM user, and waits until that user can log in."""
@@ -136,8 +145,7 @@ def start() -> bool:
     tls.ensure(TLS)
     _write_config()
     if not (DATA / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        subprocess.run(_java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(CONFIG)),
+        subprocess.run(_java("kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(CONFIG)),
                        check=True, stdout=subprocess.DEVNULL)
     process.spawn(_java(MARKER, str(CONFIG)), LOG, PID_FILE, env=None, cwd=ROOT)
     process.wait_until(lambda: pid() is not None and ready(), 90, "Kafka broker", LOG)

@@ -2,11 +2,13 @@
 listeners take kafka_default's SCRAM login, a client certificate of the stack's CA, and
 refuse what they must, and its certificates are kept across starts."""
 
+import base64
 import json
 import socket
 import ssl
 import stat
 import time
+import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from cryptography import x509
 
-from exactly_once_stack import tls
+from exactly_once_stack import kafka, tls
 from exactly_once_stack.settings import LOOPBACK, TLS, ports
 from tests.kafka_records import produce_transactions
 
@@ -164,3 +166,12 @@ def test_the_certificates_are_kept_and_only_the_missing_or_expiring_made_again(t
 
 def contents(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+def test_a_new_cluster_id_never_starts_with_a_dash(monkeypatch):
+    """The storage tool takes an id starting with "-" for an option and fails the set-up: an
+    id is drawn again, as Kafka's own `Uuid.randomUuid` does."""
+    drawn = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x01" * 16)])
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(drawn))
+    assert base64.urlsafe_b64encode(b"\xf8").startswith(b"-")  # the first draw would fail
+    assert kafka.new_cluster_id() == base64.urlsafe_b64encode(b"\x01" * 16).decode().rstrip("=")
