@@ -112,6 +112,22 @@ WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s;
 DELETE FROM {staging}
 WHERE checkpoint_id = %(checkpoint_id)s AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s);
 
+-- name: lock_staging_now
+-- A committed checkpoint's clean-up (exactly_once.ledger.clean_up): the table, unless anyone
+-- holds a lock on it (a job writing, a commit or a probe reading), in which case it fails at
+-- once (55P03) and the clean-up deletes instead.
+LOCK TABLE {staging} IN ACCESS EXCLUSIVE MODE NOWAIT;
+
+-- name: staged_by_others
+-- Whether the table holds rows of any other checkpoint (its index leads with checkpoint_id).
+SELECT EXISTS (SELECT FROM {staging} WHERE checkpoint_id < %(checkpoint_id)s)
+    OR EXISTS (SELECT FROM {staging} WHERE checkpoint_id > %(checkpoint_id)s);
+
+-- name: truncate_staging
+-- Only the committed checkpoint's rows are in it, and the table is locked: no trigger needs
+-- to see them (its rows are no longer frozen).
+TRUNCATE {staging};
+
 -- name: delete_stale_staging
 -- Staging rows that no commit can promote: written late by a fenced (zombie) attempt,
 -- left by one that crashed, or a committed checkpoint's whose clean-up did not run

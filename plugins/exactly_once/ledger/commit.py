@@ -17,6 +17,7 @@ import psycopg2
 from exactly_once.config import PipelineConfig
 from exactly_once.errors import error_message, error_text
 from exactly_once.ledger.checkpoints import AttemptState, Checkpoint, Outcome, State, cause, commit_stalls
+from exactly_once.ledger.clean_up import clean_up
 from exactly_once.ledger.promotion import promote
 from exactly_once.ledger.refusals import NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
 from exactly_once.ledger.tables import DEAD_LETTERS
@@ -66,7 +67,7 @@ def commit(ledger: Ledger, checkpoint_id: int) -> Outcome:
             raise Stalled(ledger.config.name, over_budget)
         if promoted:
             ledger.fault("commit.before_clean_up")
-            _clean_up(ledger, checkpoint_id, rows.config)
+            clean_up(ledger, checkpoint_id, rows.config)
             return Outcome.COMMITTED
     except PromotionRefused as refused:
         _send_back(ledger, checkpoint_id, committable.attempt, str(refused), rows.config, failed=True)
@@ -99,19 +100,6 @@ def _stall_over_budget(ledger: Ledger, rows: LedgerRows, checkpoint: Checkpoint)
               "clear its commit task to commit it as it is")
     rows.run("record_commit_failure", checkpoint_id=checkpoint.id, reason=reason, failures=1, stalled=True)
     return replace(checkpoint, state=State.STALLED, reason=reason)
-
-
-def _clean_up(ledger: Ledger, checkpoint_id: int, config: PipelineConfig) -> None:
-    """Deletes a committed checkpoint's staging rows (those of `config`'s sinks). The
-    checkpoint is committed whatever happens here, so a failure is logged, not raised:
-    a retried commit or the next recovery deletes the rows."""
-    try:
-        with ledger.rows() as rows:
-            rows.as_of(config).delete_staging(checkpoint_id, attempt=None)
-    except psycopg2.Error as error:
-        log.warning("checkpoint %s is committed; its staging clean-up failed and is left to a retry or the "
-                    "next recovery: %s", checkpoint_id, error)
-
 
 
 def _send_back(ledger: Ledger, checkpoint_id: int, attempt: int, reason: str, config: PipelineConfig,
