@@ -33,11 +33,12 @@ def clean_up(ledger: Ledger, checkpoint_id: int, config: PipelineConfig) -> None
     checkpoint is committed whatever happens here, so a failure is logged, not raised:
     a retried commit or the next recovery deletes the rows."""
     try:
-        for table in staging_tables(config).values():
-            with ledger.rows() as rows:
+        with ledger.rows() as rows:  # one connection, a transaction per table
+            for table in staging_tables(config).values():
                 if not _truncated(rows.cur, table, checkpoint_id):
                     rows.cur.execute(sql.SQL(Q["delete_staging"]).format(staging=table),
                                      {"checkpoint_id": checkpoint_id, "attempt": None})
+                rows.cur.connection.commit()  # which releases the truncation's lock
     except psycopg2.Error as error:
         log.warning("checkpoint %s is committed; its staging clean-up failed and is left to a retry or the "
                     "next recovery: %s", checkpoint_id, error)
