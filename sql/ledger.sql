@@ -1,18 +1,22 @@
 -- Statements of the ledger (plugins/exactly_once/ledger/: protocol.py, commit.py, rows.py, registration.py, holders.py), by name.
 -- {staging} and {final} are identifiers filled in with psycopg2.sql.
+-- Functions are named pg_catalog.'s: the commit role's search path holds public, where another
+-- role may have made a function that matches a call better (hashtextextended(text, integer)
+-- beats pg_catalog's (text, bigint) for a 0); the preflight refuses such a role (issue 60).
 
 -- name: lock_pipeline
 -- Serializes registration, planning and recovery of one pipeline.
-SELECT pg_advisory_xact_lock(hashtextextended('exactly_once:' || %(pipeline)s, 0));
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('exactly_once:' || %(pipeline)s, 0));
 
 -- name: lock_commits
 -- Commits of a pipeline's checkpoints run side by side: their merges commute.
-SELECT pg_advisory_xact_lock_shared(hashtextextended('exactly_once:commit:' || %(pipeline)s, 0));
+SELECT pg_catalog.pg_advisory_xact_lock_shared(
+    pg_catalog.hashtextextended('exactly_once:commit:' || %(pipeline)s, 0));
 
 -- name: lock_commits_alone
 -- A reprocessing's commit runs alone: it recomputes keys from every checkpoint's
 -- contribution, which a commit beside it could change after it read them.
-SELECT pg_advisory_xact_lock(hashtextextended('exactly_once:commit:' || %(pipeline)s, 0));
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('exactly_once:commit:' || %(pipeline)s, 0));
 
 -- name: register_pipeline
 -- json has no equality: configurations compare as text (field order included, on purpose).
@@ -54,25 +58,26 @@ ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT false;
 CREATE INDEX IF NOT EXISTS {index} ON {contributions} ({keys}) WHERE kafka_tombstone;
 
 -- name: index_ready
-SELECT to_regclass(%(index)s) IS NOT NULL;
+SELECT pg_catalog.to_regclass(%(index)s) IS NOT NULL;
 
 -- name: table_columns
 SELECT a.attname::text
 FROM pg_attribute a
-WHERE a.attrelid = to_regclass(%(table)s) AND a.attnum > 0 AND NOT a.attisdropped
+WHERE a.attrelid = pg_catalog.to_regclass(%(table)s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum;
 
 -- name: unique_indexes
 -- The column sets of the table's unique indexes (what ON CONFLICT can use).
-SELECT array_agg(a.attname::text ORDER BY a.attname)
+SELECT pg_catalog.array_agg(a.attname::text ORDER BY a.attname)
 FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-WHERE i.indrelid = to_regclass(%(table)s) AND i.indisunique AND i.indpred IS NULL
+WHERE i.indrelid = pg_catalog.to_regclass(%(table)s) AND i.indisunique AND i.indpred IS NULL
 GROUP BY i.indexrelid;
 
 -- name: job_needs_schema_usage
 -- Whether the job role still needs the schema's USAGE, and the commit role owns the schema and can grant it.
-SELECT NOT has_schema_privilege('exactly_once_job', n.oid, 'USAGE') AND pg_has_role(n.nspowner, 'USAGE')
+SELECT NOT pg_catalog.has_schema_privilege('exactly_once_job', n.oid, 'USAGE')
+       AND pg_catalog.pg_has_role(n.nspowner, 'USAGE')
 FROM pg_namespace n WHERE n.nspname = %(schema)s;
 
 -- name: grant_schema_usage
@@ -103,7 +108,7 @@ ALTER TABLE {staging} ADD COLUMN IF NOT EXISTS writer_task bigint;
 -- deletes them: the job's settle_staged those of its Spark task attempts Spark did not
 -- commit), so a count tells rows written twice (a task attempt that committed after its
 -- write was settled) or after pre-commit; a fenced attempt's rows carry its own number.
-SELECT count(*)
+SELECT pg_catalog.count(*)
 FROM {staging}
 WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s;
 
@@ -139,7 +144,7 @@ TRUNCATE {staging};
 DELETE FROM {staging} s
 USING exactly_once.checkpoints k
 WHERE k.id = s.checkpoint_id AND k.pipeline = %(pipeline)s
-  AND NOT (k.state = 'running' AND abs(s.attempt) = k.attempt)
+  AND NOT (k.state = 'running' AND pg_catalog.abs(s.attempt) = k.attempt)
   AND NOT (k.state IN ('precommitted', 'stalled') AND s.attempt = coalesce(k.precommitted_attempt, 0));
 
 -- name: lock_checkpoint
@@ -148,7 +153,7 @@ SELECT FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s FOR UPDATE;
 
 -- name: checkpoint
 SELECT id, dag_run_id, state::text, attempt, interval_start, interval_end, lease_until,
-       precommitted_attempt, staged, records, reason, replays, commit_failures
+       precommitted_attempt, staged, records, reason, replays, commit_failures, stalled_at
 FROM exactly_once.checkpoints
 WHERE id = %(checkpoint_id)s AND pipeline = %(pipeline)s;
 
@@ -201,8 +206,18 @@ WHERE checkpoint_id = coalesce((SELECT replays FROM exactly_once.checkpoints WHE
                                %(checkpoint_id)s)
 ORDER BY topic, partition, from_offset;
 
+-- name: checkpoint_topic_ids
+-- The ids of the topics a checkpoint's ranges (a reprocessing's: the replayed checkpoint's)
+-- were planned in, where recorded (migration 0019): what its job checks before it reads.
+SELECT DISTINCT topic, partition, topic_id
+FROM exactly_once.checkpoint_ranges
+WHERE checkpoint_id = coalesce((SELECT replays FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s),
+                               %(checkpoint_id)s)
+  AND topic_id IS NOT NULL AND from_offset < to_offset
+ORDER BY topic, partition;
+
 -- name: partitions
-SELECT topic, partition, start_offset, frontier FROM exactly_once.partitions WHERE pipeline = %(pipeline)s;
+SELECT topic, partition, start_offset, frontier, topic_id FROM exactly_once.partitions WHERE pipeline = %(pipeline)s;
 
 -- name: taken_ranges
 -- Live ranges and gaps reaching past their partition's frontier (below it every offset
@@ -218,11 +233,13 @@ JOIN exactly_once.partitions s USING (pipeline, topic, partition)
 WHERE g.pipeline = %(pipeline)s AND g.to_offset > s.frontier;
 
 -- name: released_ranges
--- Ranges of aborted checkpoints not yet planned again (the next plan takes them whole).
-SELECT topic, partition, from_offset, to_offset
-FROM exactly_once.checkpoint_ranges
-WHERE pipeline = %(pipeline)s AND released AND replanned_by IS NULL AND from_offset < to_offset
-ORDER BY topic, partition, from_offset;
+-- Ranges of aborted checkpoints not yet planned again (the next plan takes them whole); not
+-- those of a reset partition's history (kept under a label, no partition of the pipeline).
+SELECT r.topic, r.partition, r.from_offset, r.to_offset
+FROM exactly_once.checkpoint_ranges r
+JOIN exactly_once.partitions s USING (pipeline, topic, partition)
+WHERE r.pipeline = %(pipeline)s AND r.released AND r.replanned_by IS NULL AND r.from_offset < r.to_offset
+ORDER BY r.topic, r.partition, r.from_offset;
 
 -- name: insert_checkpoint
 INSERT INTO exactly_once.checkpoints
@@ -232,8 +249,10 @@ VALUES (%(pipeline)s, %(dag_run_id)s, %(interval_start)s, %(interval_end)s, %(re
 RETURNING id;
 
 -- name: insert_range
-INSERT INTO exactly_once.checkpoint_ranges (checkpoint_id, pipeline, topic, partition, from_offset, to_offset)
-VALUES (%(checkpoint_id)s, %(pipeline)s, %(topic)s, %(partition)s, %(from_offset)s, %(to_offset)s);
+-- With the id of the topic it was planned in (KIP-516), which the job checks before it reads.
+INSERT INTO exactly_once.checkpoint_ranges
+    (checkpoint_id, pipeline, topic, partition, from_offset, to_offset, topic_id)
+VALUES (%(checkpoint_id)s, %(pipeline)s, %(topic)s, %(partition)s, %(from_offset)s, %(to_offset)s, %(topic_id)s);
 
 -- name: mark_replanned
 -- Exactly the released range the plan read: one released after it read them waits for the next plan.
@@ -242,9 +261,12 @@ WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)
   AND from_offset = %(from_offset)s AND to_offset = %(to_offset)s AND released AND replanned_by IS NULL;
 
 -- name: set_frontier
-INSERT INTO exactly_once.partitions (pipeline, topic, partition, start_offset, frontier)
-VALUES (%(pipeline)s, %(topic)s, %(partition)s, %(start_offset)s, %(frontier)s)
-ON CONFLICT (pipeline, topic, partition) DO UPDATE SET frontier = EXCLUDED.frontier;
+-- A partition recorded without its topic's id (before migration 0019, or after a reset that
+-- did not know it) adopts the one planned with; planning refused a different one.
+INSERT INTO exactly_once.partitions (pipeline, topic, partition, start_offset, frontier, topic_id)
+VALUES (%(pipeline)s, %(topic)s, %(partition)s, %(start_offset)s, %(frontier)s, %(topic_id)s)
+ON CONFLICT (pipeline, topic, partition) DO UPDATE
+SET frontier = EXCLUDED.frontier, topic_id = coalesce(EXCLUDED.topic_id, exactly_once.partitions.topic_id);
 
 -- name: insert_gap
 INSERT INTO exactly_once.gaps (pipeline, topic, partition, from_offset, to_offset, checkpoint_id, recorded_at)
@@ -339,14 +361,16 @@ WHERE checkpoint_id = %(checkpoint_id)s AND state = 'aborted' AND retryable IS N
 ORDER BY attempt DESC;
 
 -- name: mark_stalled
-UPDATE exactly_once.checkpoints SET state = 'stalled', reason = %(reason)s WHERE id = %(checkpoint_id)s;
+UPDATE exactly_once.checkpoints SET state = 'stalled', reason = %(reason)s, stalled_at = %(now)s
+WHERE id = %(checkpoint_id)s;
 
 -- name: record_commit_failure
 -- A failed commit of a pre-committed checkpoint, which keeps its pre-commit: stalled when
 -- %(stalled)s, else left pre-committed for a retry or the next recovery.
 UPDATE exactly_once.checkpoints
 SET reason = %(reason)s, commit_failures = %(failures)s,
-    state = CASE WHEN %(stalled)s THEN 'stalled'::exactly_once.checkpoint_state ELSE state END
+    state = CASE WHEN %(stalled)s THEN 'stalled'::exactly_once.checkpoint_state ELSE state END,
+    stalled_at = CASE WHEN %(stalled)s THEN %(now)s ELSE stalled_at END
 WHERE id = %(checkpoint_id)s;
 
 -- name: renew_lease
@@ -357,12 +381,12 @@ WHERE id = %(checkpoint_id)s AND state = 'running' AND attempt = %(attempt)s;
 -- name: lease_expiries
 -- How many checkpoints of the pipeline a lease expiry aborted whose ranges overlap these
 -- offsets [from_offset, to_offset) of one partition.
-SELECT count(DISTINCT k.id)
+SELECT pg_catalog.count(DISTINCT k.id)
 FROM exactly_once.checkpoint_ranges r
 JOIN exactly_once.checkpoints k ON k.id = r.checkpoint_id
 WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND r.released
   AND k.state = 'aborted' AND k.reason LIKE %(prefix)s
-  AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s);
+  AND pg_catalog.int8range(r.from_offset, r.to_offset) && pg_catalog.int8range(%(from_offset)s, %(to_offset)s);
 
 -- name: split_released
 -- A plan takes the first part of a released range (the per-run cap): the rest, from
@@ -392,7 +416,7 @@ VALUES (%(pipeline)s, %(action)s, %(checkpoint_id)s, %(topic)s, %(partition)s, %
 SELECT topic, partition, from_offset, to_offset, reason, acted_at
 FROM exactly_once.operator_actions
 WHERE pipeline = %(pipeline)s AND action = 'dead_letter' AND topic = %(topic)s AND partition = %(partition)s
-  AND int8range(from_offset, to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+  AND pg_catalog.int8range(from_offset, to_offset) && pg_catalog.int8range(%(from_offset)s, %(to_offset)s)
 ORDER BY from_offset;
 
 -- name: range_holders
@@ -400,13 +424,13 @@ ORDER BY from_offset;
 -- live ranges of checkpoints (with their state).
 SELECT 'committed', checkpoint_id FROM exactly_once.committed_ranges
 WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s
-  AND int8range(from_offset, to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+  AND pg_catalog.int8range(from_offset, to_offset) && pg_catalog.int8range(%(from_offset)s, %(to_offset)s)
 UNION
 SELECT c.state::text, c.id
 FROM exactly_once.checkpoint_ranges r JOIN exactly_once.checkpoints c ON c.id = r.checkpoint_id
 WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND NOT r.released
   AND c.state <> 'committed'
-  AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+  AND pg_catalog.int8range(r.from_offset, r.to_offset) && pg_catalog.int8range(%(from_offset)s, %(to_offset)s)
 ORDER BY 2;
 
 -- name: pipeline_of_checkpoint
@@ -414,15 +438,17 @@ SELECT pipeline FROM exactly_once.checkpoints WHERE id = %(checkpoint_id)s;
 
 -- name: refusing_constraints
 -- Constraints and triggers of a table that can refuse rows whose values fit its columns.
-SELECT (SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%(table)s) AND contype IN ('c', 'f', 'x'))
-     + (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(%(table)s) AND NOT tgisinternal);
+SELECT (SELECT pg_catalog.count(*) FROM pg_constraint
+        WHERE conrelid = pg_catalog.to_regclass(%(table)s) AND contype IN ('c', 'f', 'x'))
+     + (SELECT pg_catalog.count(*) FROM pg_trigger
+        WHERE tgrelid = pg_catalog.to_regclass(%(table)s) AND NOT tgisinternal);
 
 -- name: references_table
 -- Whether a table has a foreign key to another: a trial promotes the referenced table's
 -- sink too, so that the key sees the checkpoint's new rows there, and registration wants
 -- the referenced sink listed first (a trial checks even a deferred key after each sink).
-SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = to_regclass(%(table)s) AND contype = 'f'
-                                          AND confrelid = to_regclass(%(referenced)s));
+SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = pg_catalog.to_regclass(%(table)s) AND contype = 'f'
+                                          AND confrelid = pg_catalog.to_regclass(%(referenced)s));
 
 -- name: refused_at_commit
 -- Whether an attempt of this checkpoint, or of the one whose released ranges it plans
@@ -438,11 +464,11 @@ SELECT EXISTS (
 -- Each column of a table as a staging or contributions table copies it from its final
 -- table: its type (as ALTER … TYPE takes it), NOT NULL, and its default's expression (none
 -- for a generated column, whose expression is no default).
-SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-       CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END
+SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END
 FROM pg_attribute a
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE a.attrelid = to_regclass(%(table)s) AND a.attnum > 0 AND NOT a.attisdropped
+WHERE a.attrelid = pg_catalog.to_regclass(%(table)s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum;
 
 -- name: follow_added_column
@@ -506,7 +532,7 @@ DO $$ BEGIN
 END $$;
 
 -- name: partition_state
-SELECT start_offset, frontier FROM exactly_once.partitions
+SELECT start_offset, frontier, topic_id FROM exactly_once.partitions
 WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s
 FOR UPDATE;
 
@@ -525,7 +551,8 @@ UPDATE exactly_once.dead_letters SET topic = %(label)s
 WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s;
 UPDATE exactly_once.operator_actions SET topic = %(label)s
 WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s AND action = 'dead_letter';
-UPDATE exactly_once.partitions SET start_offset = %(to_offset)s, frontier = %(to_offset)s
+-- The partition takes the topic's id as Kafka gives it now (NULL: adopted at the next plan).
+UPDATE exactly_once.partitions SET start_offset = %(to_offset)s, frontier = %(to_offset)s, topic_id = %(topic_id)s
 WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s;
 
 -- name: relabel_append_rows
@@ -534,18 +561,18 @@ WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)
 UPDATE {final} SET kafka_topic = %(label)s WHERE kafka_topic = %(topic)s AND kafka_partition = %(partition)s;
 
 -- name: reset_count
-SELECT count(*) FROM exactly_once.operator_actions
+SELECT pg_catalog.count(*) FROM exactly_once.operator_actions
 WHERE pipeline = %(pipeline)s AND topic = %(topic)s AND partition = %(partition)s AND action = 'reset_partition';
 
 -- name: staging_ready
 -- Whether a staging table exists with its index and triggers (registration then runs no DDL).
-SELECT to_regclass(%(table)s) IS NOT NULL AND to_regclass(%(index)s) IS NOT NULL
-   AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(%(table)s)
+SELECT pg_catalog.to_regclass(%(table)s) IS NOT NULL AND pg_catalog.to_regclass(%(index)s) IS NOT NULL
+   AND (SELECT pg_catalog.count(*) FROM pg_trigger WHERE tgrelid = pg_catalog.to_regclass(%(table)s)
           AND tgname IN ('frozen_inserts', 'frozen_deletes', 'no_updates')) = 3;
 
 -- name: contributions_ready
-SELECT to_regclass(%(table)s) IS NOT NULL AND to_regclass(%(by_checkpoint)s) IS NOT NULL
-   AND to_regclass(%(by_keys)s) IS NOT NULL;
+SELECT pg_catalog.to_regclass(%(table)s) IS NOT NULL AND pg_catalog.to_regclass(%(by_checkpoint)s) IS NOT NULL
+   AND pg_catalog.to_regclass(%(by_keys)s) IS NOT NULL;
 
 -- name: holders
 -- Checkpoints whose live ranges hold some of the offsets [from_offset, to_offset).
@@ -553,5 +580,5 @@ SELECT DISTINCT c.id, c.state::text, c.dag_run_id
 FROM exactly_once.checkpoint_ranges r
 JOIN exactly_once.checkpoints c ON c.id = r.checkpoint_id
 WHERE r.pipeline = %(pipeline)s AND r.topic = %(topic)s AND r.partition = %(partition)s AND NOT r.released
-  AND int8range(r.from_offset, r.to_offset) && int8range(%(from_offset)s, %(to_offset)s)
+  AND pg_catalog.int8range(r.from_offset, r.to_offset) && pg_catalog.int8range(%(from_offset)s, %(to_offset)s)
 ORDER BY c.id;

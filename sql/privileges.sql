@@ -41,3 +41,37 @@ JOIN pg_namespace n ON n.nspname = asked.schema_name;
 
 -- name: current_user
 SELECT current_user::text;
+
+-- name: search_path
+-- The schemas the commit role's session resolves unqualified names in (those that exist).
+SELECT pg_catalog.current_schemas(false)::text[];
+
+-- name: create_rights
+-- Where the connection's role may create objects: in each schema asked that exists, and in
+-- the database itself (schema_name NULL: it may create a schema, say one named after the
+-- commit role, first in its search path). Each row is one way it holds the right: granted to
+-- PUBLIC or to a role it is a member of (is_owner false), or owning it through such a role
+-- (is_owner true). `through` is the role's name as SQL takes it.
+SELECT n.nspname::text, CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, false
+FROM unnest(%(schemas)s::text[]) AS asked (schema_name)
+JOIN pg_namespace n ON n.nspname = asked.schema_name
+CROSS JOIN LATERAL aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) AS a
+WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner AND (a.grantee = 0 OR pg_has_role(a.grantee, 'MEMBER'))
+UNION ALL
+SELECT n.nspname::text, n.nspowner::regrole::text, true
+FROM unnest(%(schemas)s::text[]) AS asked (schema_name)
+JOIN pg_namespace n ON n.nspname = asked.schema_name
+WHERE pg_has_role(n.nspowner, 'MEMBER')
+UNION ALL
+SELECT NULL, CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, false
+FROM pg_database d
+CROSS JOIN LATERAL aclexplode(coalesce(d.datacl, acldefault('d', d.datdba))) AS a
+WHERE d.datname = current_database() AND a.privilege_type = 'CREATE' AND a.grantee <> d.datdba
+  AND (a.grantee = 0 OR pg_has_role(a.grantee, 'MEMBER'))
+UNION ALL
+SELECT NULL, d.datdba::regrole::text, true
+FROM pg_database d
+WHERE d.datname = current_database() AND pg_has_role(d.datdba, 'MEMBER');
+
+-- name: role_and_database
+SELECT current_user::text, current_database()::text;

@@ -36,12 +36,13 @@ LIMIT 1;
 -- Per partition: where committed reading ends (the start offset before any commit),
 -- counting only ranges below the frontier: records past it that backfill runs committed
 -- still lie beyond unread ones, so the lag counts them too (an upper bound).
-SELECT p.topic, p.partition, coalesce(max(c.to_offset), p.start_offset)
+-- With the id of the topic the ledger's offsets are of (NULL: not recorded yet).
+SELECT p.topic, p.partition, coalesce(max(c.to_offset), p.start_offset), p.topic_id
 FROM exactly_once.partitions p
 LEFT JOIN exactly_once.committed_ranges c
        ON c.pipeline = p.pipeline AND c.topic = p.topic AND c.partition = p.partition AND c.from_offset < p.frontier
 WHERE p.pipeline = %(pipeline)s
-GROUP BY p.topic, p.partition, p.start_offset
+GROUP BY p.topic, p.partition, p.start_offset, p.topic_id
 ORDER BY p.topic, p.partition;
 
 -- name: gaps
@@ -67,11 +68,9 @@ ORDER BY c.id;
 
 -- name: outbox_backlog
 -- Per kafka sink of the pipeline with rows not published (plugins/exactly_once/publishing):
--- how many, the first checkpoint they are of, the last checkpoint published, and the open
--- checkpoint that holds the rows of later ones back.
-SELECT b.sink, b.records, b.first_checkpoint, p.checkpoint_id, p.published_at,
-       (SELECT min(id) FROM exactly_once.checkpoints c
-        WHERE c.pipeline = b.pipeline AND c.state NOT IN ('committed', 'aborted') AND c.id < b.last_checkpoint)
+-- how many, the first checkpoint they are of, the last checkpoint published, and the last
+-- checkpoint they are of (what they wait for: sql/outbox.sql, held_behind, beside it).
+SELECT b.sink, b.records, b.first_checkpoint, p.checkpoint_id, p.published_at, b.last_checkpoint
 FROM exactly_once.outbox_backlog b
 LEFT JOIN exactly_once.outbox_published p ON p.pipeline = b.pipeline AND p.sink = b.sink
 WHERE b.pipeline = %(pipeline)s

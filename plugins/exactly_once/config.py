@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, ValidationError,
+from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, ValidationError, ValidationInfo,
                       ValidatorFunctionWrapHandler, field_validator, model_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -31,6 +31,24 @@ Column = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 QualifiedTable = Annotated[str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$")]
 # Kafka's own rule for topic names.
 KafkaTopic = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+
+STORED = {"stored": True}  # the validation context of a configuration version the ledger recorded
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
+
+
+def rule(check):
+    """A validation rule of this release: applied to a configuration as it is loaded from a
+    DAG file, never to a version the ledger recorded, which is the contract it ran under
+    (promise 13: a rule added later must not strand a checkpoint pre-committed before it)."""
+    def checked(self, info: ValidationInfo):
+        return self if _stored(info) else check(self)
+
+    checked.__name__, checked.__qualname__, checked.__doc__ = check.__name__, check.__qualname__, check.__doc__
+    return model_validator(mode="after")(checked)
+
 
 def _names(package: str) -> list[str]:
     """The plug-ins of a package (sink modes, value formats): the valid values the schema shows."""
@@ -105,10 +123,13 @@ class Source(_Frozen):
 
     @field_validator("value_schema", "key_schema", mode="wrap")
     @classmethod
-    def _types_parse(cls, fields: Any, handler: ValidatorFunctionWrapHandler) -> dict[str, str]:
+    def _types_parse(cls, fields: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+                     ) -> dict[str, str]:
         """Each type must be one Spark SQL data type: unchecked, `"int, x string"` would add a
         column to the parsed schema. An error is located at `<field>.<column>`."""
         schema = handler(fields)
+        if _stored(info):
+            return schema
         errors = []
         for column, spark_type in schema.items():
             try:
@@ -120,7 +141,7 @@ class Source(_Frozen):
             raise ValidationError.from_exception_data(cls.__name__, errors)
         return schema
 
-    @model_validator(mode="after")
+    @rule
     def _encodings_fit(self) -> Source:
         for part in ("value", "key"):
             self._encoding_fits(part)
@@ -199,7 +220,7 @@ class Sink(_Frozen):
         mode_of(mode)
         return mode
 
-    @model_validator(mode="after")
+    @rule
     def _mode_fits(self) -> Sink:
         if self.order_by is not None and self.mode != "upsert":
             raise ValueError(f"order_by is for upsert sinks, not {self.mode} sinks")
@@ -253,7 +274,7 @@ class PipelineConfig(_Frozen):
         description="How long a begun checkpoint or a running attempt is held before the next run's "
                     "recovery may take it over.")
 
-    @model_validator(mode="after")
+    @rule
     def _sink_names_unique(self) -> PipelineConfig:
         names = [s.name for s in self.sinks]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -261,7 +282,7 @@ class PipelineConfig(_Frozen):
             raise ValueError(f"sink names must be unique, repeated: {duplicates}")
         return self
 
-    @model_validator(mode="after")
+    @rule
     def _upsert_order_defined(self) -> PipelineConfig:
         """Offsets of two topics do not compare, so which of a key's rows is newest would depend
         on commit order: with several topics, every upsert sink needs its `order_by`."""
@@ -276,7 +297,7 @@ class PipelineConfig(_Frozen):
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
 
-    @model_validator(mode="after")
+    @rule
     def _tombstones_delete_somewhere(self) -> PipelineConfig:
         """A delete must be ordered like its key's other records: an upsert sink's order_by
         value is the value's, which a tombstone has not; and it names its row by the key alone."""
@@ -302,8 +323,19 @@ class PipelineConfig(_Frozen):
 
 
 def load_config(data: Mapping[str, Any]) -> PipelineConfig:
+    """A pipeline's configuration as its DAG file declares it, checked by every rule."""
+    return _load(data, None)
+
+
+def load_stored_config(data: Mapping[str, Any]) -> PipelineConfig:
+    """A configuration version as the ledger recorded it: parsed, but not checked again by
+    rules (`rule`) this release may have added since it was recorded."""
+    return _load(data, STORED)
+
+
+def _load(data: Mapping[str, Any], context: dict | None) -> PipelineConfig:
     try:
-        return PipelineConfig.model_validate(data)
+        return PipelineConfig.model_validate(data, context=context)
     except ValidationError as error:
         name = data.get("name") if isinstance(data, Mapping) else None
         errors = error.errors()

@@ -22,10 +22,10 @@ DELETE FROM {contributions} WHERE checkpoint_id = %(slot)s
 -- contributions (of an upsert sink that takes tombstones: the newest that are rows, and the
 -- keys whose newest is a tombstone are deleted, sql/merge/upsert.sql); a key none holds any
 -- more goes.
-INSERT INTO affected_keys SELECT {keys} FROM {contributions} WHERE checkpoint_id = %(slot)s;
+INSERT INTO pg_temp.affected_keys SELECT {keys} FROM {contributions} WHERE checkpoint_id = %(slot)s;
 INSERT INTO {final} AS f ({columns})
 {live}
 ON CONFLICT ({keys}) DO UPDATE SET {take_new};
 {tombstoned}DELETE FROM {final} f
-WHERE ({keys}) IN (SELECT {keys} FROM affected_keys)
+WHERE ({keys}) IN (SELECT {keys} FROM pg_temp.affected_keys)
   AND NOT EXISTS (SELECT FROM {contributions} c WHERE {same_keys})

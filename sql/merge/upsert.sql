@@ -30,7 +30,10 @@ WHERE ({held}) < ({new})
 
 -- name: merge_with_tombstones
 -- A sink ordered by offset. The checkpoint's newest row or tombstone per key is kept for
--- the three statements that read it.
+-- the three statements that read it. They name it pg_temp.newest_staged, and the functions
+-- they call pg_catalog.'s: trial_promote runs them with the ledger owner's rights (search
+-- path pinned, sql/migrations/0018_definers_pinned_search_path.sql), the commit with the
+-- commit role's search path, and neither may reach an object another role made.
 DROP TABLE IF EXISTS pg_temp.newest_staged;
 CREATE TEMP TABLE newest_staged ON COMMIT DROP AS {newest};
 -- Commits of a pipeline run side by side, and a key a tombstone deletes leaves no row that
@@ -38,18 +41,18 @@ CREATE TEMP TABLE newest_staged ON COMMIT DROP AS {newest};
 -- visible to that commit before it commits. So a commit that carries tombstones for this
 -- final table runs alone among those that merge into it; the others still run side by side,
 -- and each statement after the lock sees what the commits before it committed.
-SELECT pg_advisory_xact_lock(hashtextextended({lock}, 0))
-WHERE EXISTS (SELECT FROM newest_staged WHERE kafka_tombstone);
-SELECT pg_advisory_xact_lock_shared(hashtextextended({lock}, 0))
-WHERE NOT EXISTS (SELECT FROM newest_staged WHERE kafka_tombstone);
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended({lock}, 0))
+WHERE EXISTS (SELECT FROM pg_temp.newest_staged WHERE kafka_tombstone);
+SELECT pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended({lock}, 0))
+WHERE NOT EXISTS (SELECT FROM pg_temp.newest_staged WHERE kafka_tombstone);
 -- A tombstone deletes an older row of its key; a newer row stays (that record came later).
 DELETE FROM {final} f
-USING newest_staged n
+USING pg_temp.newest_staged n
 WHERE n.kafka_tombstone AND {same_keys} AND ({held}) < ({staged});
 -- A row goes in as without tombstones, unless a checkpoint committed before holds a newer
 -- tombstone of its key: then the key stays deleted.
 INSERT INTO {final} AS f ({columns})
-SELECT {columns} FROM newest_staged n
+SELECT {columns} FROM pg_temp.newest_staged n
 WHERE NOT n.kafka_tombstone
   AND NOT EXISTS (SELECT FROM {contributions} c
                   WHERE {tombstone_of_key} AND c.kafka_tombstone AND ({kept}) > ({staged}))
@@ -65,5 +68,5 @@ SELECT {columns} FROM ({newest}) AS n WHERE NOT n.kafka_tombstone
 -- Of a reprocessing's recompute (keyed.sql), before its last DELETE: the keys it touched
 -- whose newest contribution is a tombstone have no row.
 DELETE FROM {final} f
-WHERE ({keys}) IN (SELECT {keys} FROM affected_keys)
+WHERE ({keys}) IN (SELECT {keys} FROM pg_temp.affected_keys)
   AND (SELECT c.kafka_tombstone FROM {contributions} c WHERE {same_keys} ORDER BY {newest_first} LIMIT 1)

@@ -125,9 +125,10 @@ def quiesce(pipeline, clock: Clock, rounds: int = 40) -> None:
                 if state == "stalled" and precommitted is None:
                     stalls.retry(ledger, checkpoint_id)
                     continue
+                cleared = ledger.now()  # the tasks' tries, cleared by an operator where it stalled
                 if state in ("planned", "running"):
-                    tasks.run_increment(ledger, checkpoint_id, driver.execute)
-                assert tasks.commit_checkpoint(ledger, checkpoint_id, 1) is Outcome.COMMITTED
+                    tasks.run_increment(ledger, checkpoint_id, driver.execute, cleared)
+                assert tasks.commit_checkpoint(ledger, checkpoint_id, 1, cleared) is Outcome.COMMITTED
             clock.advance(timedelta(seconds=1))
             begun = tasks.begin_checkpoint(ledger, kafka, f"quiescence{n}", None, None)
             if begun.checkpoint.is_empty and not _open(pipeline):

@@ -65,7 +65,7 @@ def test_a_commit_refused_for_no_records_fault_stalls_at_once_keeping_its_pre_co
     query(pipeline.db_url, f"ALTER TABLE {events} RENAME COLUMN amount TO n")  # the operator fixes the cause
     if way_out == "a cleared commit task":
         assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute) is None  # nothing to run
-        assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 2) is Outcome.COMMITTED
+        assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 2, pipeline.ledger.now()) is Outcome.COMMITTED
         action = "resume"
     else:
         assert stalls.retry(pipeline.ledger, checkpoint_id) == (checkpoint_id,)
@@ -92,7 +92,8 @@ def test_a_commit_that_keeps_timing_out_retries_then_stalls_and_commits_once_the
         with pytest.raises(Stalled, match="57014"):  # stall_after (3) failures of one cause
             tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 3)
         maintenance.rollback()
-    assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 4) is Outcome.COMMITTED  # a cleared task
+    cleared = pipeline.ledger.now()  # a cleared task's try
+    assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 4, cleared) is Outcome.COMMITTED
     assert_exact(pipeline)
 
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exactly_once.ledger.planning import (DataLossError, OffsetRange, PartitionOffsets, PartitionPlan, PartitionState,
-                                          Reach, cap_plans, layers, plan_checkpoint, start_offset)
+from exactly_once.ledger.planning import (DataLossError, OffsetRange, OffsetsWentBack, PartitionOffsets, PartitionPlan,
+                                          PartitionState, Reach, cap_plans, layers, plan_checkpoint, start_offset)
 
 
 def r(start, end, partition=0):
@@ -29,6 +29,18 @@ def test_a_backfill_run_takes_exactly_its_interval_whatever_lies_before_it():
     planned = plan(known(10), PartitionOffsets(0, 100, at_interval_start=42, at_interval_end=60))
     assert planned.ranges == (r(42, 60),) and planned.gaps == ()
     assert planned.frontier == 10  # 10..41 are still unclaimed: the frontier stays
+
+
+def test_a_topic_created_again_stops_planning_however_far_it_was_refilled_and_an_unrecorded_id_is_adopted():
+    state = PartitionState("t", 0, 0, 70, topic_id="old")
+    with pytest.raises(OffsetsWentBack, match=r"t\[0\]: .* the topic's id was old and is now new"):
+        plan(state, PartitionOffsets(0, 203, topic_id="new"), Reach.BACKLOG)
+    with pytest.raises(OffsetsWentBack, match=r"log now ends at 5 \(the topic deleted"):
+        plan(state, PartitionOffsets(0, 5, topic_id="old"), Reach.BACKLOG)
+    assert plan(state, PartitionOffsets(0, 90, topic_id="old"), Reach.BACKLOG).ranges == (r(70, 90),)
+    assert plan(state, PartitionOffsets(0, 90), Reach.BACKLOG).topic_id == "old"  # the brokers do not say
+    adopted = plan(PartitionState("t", 0, 0, 70), PartitionOffsets(0, 90, topic_id="new"), Reach.BACKLOG)
+    assert adopted.topic_id == "new" and adopted.ranges == (r(70, 90),)
 
 
 def test_a_run_that_is_not_a_backfill_also_takes_every_unclaimed_offset_before_its_interval():

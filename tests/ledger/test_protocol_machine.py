@@ -267,9 +267,9 @@ class LedgerMachine(RuleBasedStateMachine):
         """A cleared task: the commit of one stalled at commit, else a new attempt."""
         cp = self.pick(self.ids("stalled"), i)
         if self.cps[cp][2] is not None:
-            self.step("resume commit", lambda: self.ledger.commit(cp), (Stalled,))
+            self.step("resume commit", lambda: self.ledger.commit(cp, self.ledger.now()), (Stalled,))
         else:
-            self.step("resume attempt", lambda: self.ledger.start_attempt(cp), (NotRunnable,))
+            self.step("resume attempt", lambda: self.ledger.start_attempt(cp, self.ledger.now()), (NotRunnable,))
 
     # -- the checks ----------------------------------------------------------------------------------
 

@@ -123,7 +123,8 @@ def test_a_checkpoint_stalled_on_its_dead_letter_budget_mails_once_and_clears_on
     assert "clear its commit task to commit it as it is" in html_of(mail)
     assert open_alerts(pipeline) == [("dead_letter_budget", str(checkpoint_id))]
 
-    assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 2) is Outcome.COMMITTED  # the operator's way out
+    cleared = pipeline.ledger.now()  # the operator's way out: a cleared commit task
+    assert tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 2, cleared) is Outcome.COMMITTED
     assert send(pipeline, alerts) == [] and open_alerts(pipeline) == []  # the event ended: cleared
     look(pipeline, alerts)
     assert len(mailbox.mails) == 1

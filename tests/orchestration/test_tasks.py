@@ -136,7 +136,8 @@ def test_three_failures_of_one_cause_stall_the_checkpoint_and_a_cleared_task_res
     with KafkaOffsets(KafkaClient.at(pipeline.servers)) as kafka:
         assert pipeline.ledger.begin("run1", None, None, kafka).checkpoint.id == checkpoint_id
 
-    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute) == 5  # a cleared task
+    cleared = pipeline.ledger.now()  # a cleared task's try
+    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute, cleared) == 5
     assert pipeline.ledger.commit(checkpoint_id) is Outcome.COMMITTED
     pipeline.assert_exact()
 

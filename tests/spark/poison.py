@@ -106,11 +106,13 @@ class Orders:
             begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self.runs}", None, None)
         return begun.checkpoint.id if after_begin(begun) is TaskOutcome.DONE else None
 
-    def increment(self, spark, checkpoint_id: int, runner: Callable[[list[str]], AttemptReport] | None = None) -> None:
-        """The run's increment task (or a cleared one): the Spark job run by `runner`, as the
-        Airflow task runs it (exactly_once.spark.runners), else in this process's session as
-        the job role."""
-        tasks.run_increment(self.ledger, checkpoint_id, runner or in_process(spark, self.config.name, self.servers))
+    def increment(self, spark, checkpoint_id: int, runner: Callable[[list[str]], AttemptReport] | None = None,
+                  cleared: bool = False) -> None:
+        """The run's increment task (or, `cleared`, one an operator cleared: its try begins
+        now): the Spark job run by `runner`, as the Airflow task runs it
+        (exactly_once.spark.runners), else in this process's session as the job role."""
+        tasks.run_increment(self.ledger, checkpoint_id, runner or in_process(spark, self.config.name, self.servers),
+                            self.ledger.now() if cleared else None)
 
     def run(self, spark=None, runner: Callable[[list[str]], AttemptReport] | None = None) -> int | None:
         """A whole DAG run: begin, increment, commit."""

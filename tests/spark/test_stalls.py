@@ -62,7 +62,7 @@ def test_a_dropped_sink_table_stalls_later_runs_fail_naming_it_and_a_cleared_tas
     assert "last error: SinkTableError:" in first[2]
 
     sql(orders, f"ALTER TABLE {table.split('.')[0]}.gone RENAME TO per_sku")  # the operator restores it...
-    orders.increment(spark, checkpoint_id)  # ...and clears the failed increment task
+    orders.increment(spark, checkpoint_id, cleared=True)  # ...and clears the failed increment task
     tasks.commit_checkpoint(orders.ledger, checkpoint_id, 1)
     assert orders.run(spark) is not None  # the pipeline moves on
     orders.assert_exact()
@@ -119,7 +119,7 @@ def test_a_sum_beyond_its_column_refused_at_commit_is_tried_again_and_stalls_ins
     assert orders.ledger.checkpoint(second).state is State.STALLED
 
     sql(orders, f"ALTER TABLE {orders.config.sink('per_sku').table} ALTER quantity TYPE bigint")
-    orders.increment(spark, second)  # the operator widened the column and cleared the task
+    orders.increment(spark, second, cleared=True)  # the operator widened the column and cleared the task
     assert tasks.commit_checkpoint(orders.ledger, second, 1) is Outcome.COMMITTED
     assert sql(orders, f"SELECT orders, quantity FROM {orders.config.sink('per_sku').table} WHERE sku = 'plum'") == \
         [(5, 2147483652)]
@@ -166,7 +166,7 @@ def test_a_producer_switching_to_a_schema_the_pipeline_cannot_read_stalls_on_the
         orders.begin()  # later runs fail naming it
 
     # The operator looked at the dead letters and clears the commit task: it commits as it is, once.
-    assert tasks.commit_checkpoint(orders.ledger, checkpoint_id, 2) is Outcome.COMMITTED
+    assert tasks.commit_checkpoint(orders.ledger, checkpoint_id, 2, orders.ledger.now()) is Outcome.COMMITTED
     assert tasks.commit_checkpoint(orders.ledger, checkpoint_id, 3) is Outcome.ALREADY_COMMITTED
     orders.assert_exact()
     assert sql(orders, "SELECT action FROM exactly_once.operator_actions WHERE checkpoint_id = %s",

@@ -75,6 +75,13 @@ class Checkpoint:
     reason: str | None = None                    # why it was last aborted or sent back
     replays: int | None = None                   # a reprocessing: the committed checkpoint it replays
     commit_failures: int = 0                     # failed commits of one cause in a row
+    stalled_at: datetime | None = None           # when it last stalled (None: before this was recorded)
+
+    def resumed_by(self, try_started: datetime | None) -> bool:
+        """Whether a task's try that began at `try_started` is an operator's act on this
+        stalled checkpoint: a cleared task, whose try began once it had stalled. A try that
+        began before it (or an unknown one) is its run's own, which merely ran late."""
+        return try_started is not None and (self.stalled_at is None or try_started >= self.stalled_at)
 
     @property
     def awaits_commit(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import psycopg2
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def commit(ledger: Ledger, checkpoint_id: int) -> Outcome:
+def commit(ledger: Ledger, checkpoint_id: int, try_started: datetime | None = None) -> Outcome:
     """Phase two, in one transaction: promote every sink's staged rows, record the
     committed ranges, mark the checkpoint committed, by the rules of the configuration
     version its attempt ran with. Idempotent. Its staging rows are deleted after that
@@ -38,7 +39,8 @@ def commit(ledger: Ledger, checkpoint_id: int) -> Outcome:
     row counts changed since pre-commit or a final table refuses some rows; `Stalled`
     (its pre-commit kept) if it fails for another reason that retrying cannot fix, or
     keeps failing for one (`checkpoints.commit_stalls`). A checkpoint stalled at commit
-    is committed by the next call (an operator's cleared commit task)."""
+    is committed only by an operator: a cleared commit task, whose try began at
+    `try_started`, after the stall (`Checkpoint.resumed_by`); any other call gets `Stalled`."""
     started = time.monotonic()
     try:
         with ledger.rows() as rows:
@@ -50,8 +52,11 @@ def commit(ledger: Ledger, checkpoint_id: int) -> Outcome:
                 raise NotPreCommitted(f"checkpoint {checkpoint_id} is {checkpoint.state.value}, not "
                                       "pre-committed: its Spark attempt has not finished")
             if checkpoint.state is State.STALLED:
+                if not checkpoint.resumed_by(try_started):
+                    raise Stalled(ledger.config.name, checkpoint)
                 rows.record_action("resume", checkpoint_id, ledger.now(),
-                                   f"its commit was tried again (a cleared task) after: {checkpoint.reason}")
+                                   f"its commit was tried again by a task cleared after the stall (its try "
+                                   f"began {try_started.isoformat()}) after: {checkpoint.reason}")
             over_budget = _stall_over_budget(ledger, rows, checkpoint)
             if over_budget is None:
                 committable = checkpoint.committable
@@ -98,7 +103,8 @@ def _stall_over_budget(ledger: Ledger, rows: LedgerRows, checkpoint: Checkpoint)
         return None
     reason = (f"{breach}; look at them (status, the pipelines view), then fix the cause and retry it, or "
               "clear its commit task to commit it as it is")
-    rows.run("record_commit_failure", checkpoint_id=checkpoint.id, reason=reason, failures=1, stalled=True)
+    rows.run("record_commit_failure", checkpoint_id=checkpoint.id, reason=reason, failures=1, stalled=True,
+             now=ledger.now())
     return replace(checkpoint, state=State.STALLED, reason=reason)
 
 
@@ -135,7 +141,7 @@ def _record_failure(ledger: Ledger, checkpoint_id: int, error: psycopg2.Error) -
             stalled = checkpoint.state is State.STALLED or commit_stalls(error.pgcode, failures,
                                                                         ledger.config.stall_after)
             rows.run("record_commit_failure", checkpoint_id=checkpoint_id, reason=reason, failures=failures,
-                     stalled=stalled)
+                     stalled=stalled, now=ledger.now())
     except psycopg2.Error:
         return  # the database fails this too: nothing is recorded, the commit's error stands
     if stalled:

@@ -1,11 +1,13 @@
-"""The thin Kafka adapter planning needs: partitions and offsets, read_committed."""
+"""The thin Kafka adapter planning needs: partitions and offsets, read_committed, and each
+topic's id (KIP-516), which tells a topic deleted and created again from the old one."""
 
 from __future__ import annotations
 
 import time
 from datetime import datetime
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from exactly_once import tls
 from exactly_once.errors import Permanent
@@ -28,6 +30,8 @@ REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
 TLS_ALERT = "ssl/tls alert"
 # No answer yet: asked again until the timeout.
 UNANSWERED = (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+# The id a broker older than Kafka 2.8 gives every topic (Uuid.ZERO_UUID, in Kafka's base64).
+NO_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
 class KafkaOffsets:
@@ -36,6 +40,8 @@ class KafkaOffsets:
         self._refusal: KafkaError | None = None
         # read_committed: the high watermark Kafka reports is the last stable offset.
         self._consumer = Consumer({**client.planner_config(), "error_cb": self._on_error})
+        self._admin: AdminClient | None = None  # made when a topic's id is first asked
+        self._ids: dict[str, str | None] = {}
 
     def _on_error(self, error: KafkaError) -> None:
         if error.code() in REFUSALS or (error.code() == KafkaError._TRANSPORT and TLS_ALERT in error.str().lower()):
@@ -51,6 +57,8 @@ class KafkaOffsets:
                 return question(min(turn, max(0.1, deadline - time.monotonic())))
             except KafkaException as error:
                 self._consumer.poll(0)  # serves the error callback, which librdkafka calls only from poll
+                if self._admin is not None:
+                    self._admin.poll(0)
                 if self._refusal is not None:
                     raise KafkaRefused(self._client.connection, self._refused()) from None
                 if error.args[0].code() not in UNANSWERED or time.monotonic() >= deadline:
@@ -67,6 +75,7 @@ class KafkaOffsets:
 
     def close(self) -> None:
         self._consumer.close()
+        self._admin = None  # an AdminClient is destroyed with its last reference
 
     def __enter__(self) -> KafkaOffsets:
         return self
@@ -80,13 +89,30 @@ class KafkaOffsets:
             raise LookupError(f"Kafka topic {topic!r} does not exist ({found.error if found else 'unknown'})")
         return sorted(found.partitions)
 
+    def topic_id(self, topic: str) -> str | None:
+        """The topic's id (KIP-516, in Kafka's base64), asked once per topic for the life of
+        this adapter (planning asks it before the first offsets of the topic, so a topic
+        created again in between shows as a new id at the next plan, never as old offsets
+        under its id); None when the brokers give none (older than Kafka 2.8)."""
+        if topic not in self._ids:
+            if self._admin is None:
+                self._admin = AdminClient({**self._client.config, "error_cb": self._on_error})
+            admin = self._admin
+            described = self._ask(lambda timeout: admin.describe_topics(
+                TopicCollection([topic]), request_timeout=timeout)[topic].result())
+            found = str(described.topic_id) if described.topic_id is not None else None
+            self._ids[topic] = None if found in (None, NO_ID) else found
+        return self._ids[topic]
+
     def offsets(self, topic: str, partition: int, interval_start: datetime | None, interval_end: datetime | None,
                 start_time: datetime | None = None) -> PartitionOffsets:
+        topic_id = self.topic_id(topic)  # before the offsets: see topic_id
         log_start, last_stable = self._ask(lambda timeout: self._consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=timeout, cached=False))
         at = {when: self._first_offset_at(topic, partition, when)
               for when in {interval_start, interval_end, start_time}}
-        return PartitionOffsets(log_start, last_stable, at[interval_start], at[interval_end], at[start_time])
+        return PartitionOffsets(log_start, last_stable, at[interval_start], at[interval_end], at[start_time],
+                                topic_id)
 
     def _first_offset_at(self, topic: str, partition: int, when: datetime | None) -> int | None:
         """The first offset stamped at or after `when`; read_committed, Kafka answers only

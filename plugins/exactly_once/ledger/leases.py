@@ -69,7 +69,7 @@ def expire(ledger: Ledger, checkpoint_id: int, now: datetime) -> Outcome:
             return ledger.release(rows, checkpoint_id, reason)
         rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED, reason, now)
         rows.delete_staging(checkpoint_id, attempt=None)
-        rows.run("mark_stalled", checkpoint_id=checkpoint_id,
+        rows.run("mark_stalled", checkpoint_id=checkpoint_id, now=now,
                  reason=f"{LEASE_EXPIRED} {expired} times in a row over these offsets: each run ended before its "
                         "checkpoint committed and no task renewed its lease (workers killed? a lease shorter "
                         "than a queued run waits?)")

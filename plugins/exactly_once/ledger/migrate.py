@@ -16,7 +16,7 @@ def migrate(connection) -> list[str]:
     applied_now = []
     with connection, connection.cursor() as cur:
         # Concurrent migrators (parallel DAG runs) wait here instead of racing.
-        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended('exactly_once:migrate', 0))")
+        cur.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('exactly_once:migrate', 0))")
         cur.execute("CREATE SCHEMA IF NOT EXISTS exactly_once")
         cur.execute("CREATE TABLE IF NOT EXISTS exactly_once.schema_migrations "
                     "(version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
@@ -28,6 +28,13 @@ def migrate(connection) -> list[str]:
                 cur.execute("INSERT INTO exactly_once.schema_migrations (version) VALUES (%s)", (path.stem,))
                 applied_now.append(path.stem)
     return applied_now
+
+
+def migrate_through(connect) -> list[str]:
+    """`migrate` on a connection of its own: what every task and operator command runs first,
+    so that a step of an upgraded library never meets a ledger shaped by the release before."""
+    with closing(connect()) as connection:
+        return migrate(connection)
 
 
 def pending(connection) -> list[str]:

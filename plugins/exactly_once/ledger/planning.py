@@ -67,6 +67,7 @@ class PartitionOffsets:
     at_interval_start: int | None = None
     at_interval_end: int | None = None
     at_start_time: int | None = None   # for a pipeline that starts at a timestamp
+    topic_id: str | None = None        # the topic's id (KIP-516); None: the brokers do not say
 
     def position(self, found: int | None) -> int:
         """Where a moment lies in the partition: its first stable offset, or the last stable
@@ -93,6 +94,7 @@ class PartitionState:
     frontier: int | None = None    # every offset in [start, frontier) is planned
     taken: tuple[OffsetRange, ...] = ()     # live ranges and gaps reaching past the frontier
     released: tuple[OffsetRange, ...] = ()  # ranges of aborted checkpoints, not planned again yet
+    topic_id: str | None = None    # the id of the topic whose offsets these are; None: not recorded yet
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class PartitionPlan:
     gaps: tuple[OffsetRange, ...] = ()        # offsets lost to retention (only when data loss is allowed)
     frontier: int = 0
     left_released: tuple[OffsetRange, ...] = ()  # what the cap leaves of `released`, for a later plan
+    topic_id: str | None = None               # the topic's id, recorded with the ranges and the partition
 
     @property
     def ranges(self) -> tuple[OffsetRange, ...]:
@@ -129,17 +132,47 @@ class DataLossError(Permanent):
 
 
 class OffsetsWentBack(Permanent):
-    """A partition's log ends before offsets the pipeline already planned: the topic was
-    deleted and created again, or the brokers are another cluster's. Planning there would
-    read other records under the offsets of ones already counted."""
+    """A partition's log ends before offsets the pipeline already planned, or is another
+    topic's log (its id is not the one recorded with the partition): the topic was deleted
+    and created again, or the brokers are another cluster's. Planning there would read other
+    records under the offsets of ones already counted, or skip the new log's first records."""
 
-    def __init__(self, topic: str, partition: int, frontier: int, log_end: int):
+    def __init__(self, topic: str, partition: int, frontier: int, log_end: int,
+                 recorded_id: str | None = None, topic_id: str | None = None):
         self.topic, self.partition, self.frontier, self.log_end = topic, partition, frontier, log_end
+        self.recorded_id, self.topic_id = recorded_id, topic_id
+        why = ("(the topic deleted and created again? a failover to another cluster?)" if recorded_id == topic_id else
+               f"in another topic of that name: the topic's id was {recorded_id} and is now {topic_id} (deleted and "
+               "created again, or another cluster's), so its offsets are not the ones planned")
         super().__init__(
             f"{topic}[{partition}]: offsets went backwards: the pipeline planned up to offset {frontier}, but the "
-            f"partition's log now ends at {log_end} (the topic deleted and created again? a failover to another "
-            f"cluster?); no run goes on until an operator resets the partition: `python -m exactly_once.operate.stalls "
-            f"reset-partition PIPELINE '{topic}[{partition}]' --to OFFSET --reason WHY`")
+            f"partition's log now ends at {log_end} {why}; no run goes on until an operator resets the partition: "
+            f"`python -m exactly_once.operate.stalls reset-partition PIPELINE '{topic}[{partition}]' --to OFFSET "
+            "--reason WHY`")
+
+
+class PlannedInAnotherTopic(Permanent):
+    """A checkpoint's frozen ranges were planned in a topic that has been deleted and created
+    again since (its id is another): reading them would read the new topic's records under
+    offsets frozen for the old one's (promise 7). Its job fails without reading, not retryable."""
+
+    def __init__(self, pipeline: str, checkpoint_id: int, topic: str, partitions: list[int], recorded_id: str,
+                 topic_id: str):
+        self.checkpoint_id, self.topic, self.partitions = checkpoint_id, topic, partitions
+        self.recorded_id, self.topic_id = recorded_id, topic_id
+        where = ", ".join(f"{topic}[{p}]" for p in partitions)
+        super().__init__(
+            f"checkpoint {checkpoint_id}: offsets went backwards: its ranges of {where} were planned in topic "
+            f"{topic!r} whose id was {recorded_id}, but the topic's id is now {topic_id} (deleted and created again, "
+            f"or another cluster's): they are not read; release the checkpoint (`python -m exactly_once.operate.stalls "
+            f"retry {checkpoint_id}`), then reset each partition: `python -m exactly_once.operate.stalls "
+            f"reset-partition {pipeline} '{topic}[PARTITION]' --to OFFSET --reason WHY`")
+
+
+def replaced(recorded_id: str | None, topic_id: str | None) -> bool:
+    """Whether a topic's id differs from the one recorded (neither unknown): the topic was
+    created again since."""
+    return recorded_id is not None and topic_id is not None and recorded_id != topic_id
 
 
 StartPosition = Literal["earliest", "latest"] | datetime
@@ -178,8 +211,10 @@ def plan_partition(state: PartitionState, offsets: PartitionOffsets, reach: Reac
     is set: plan_checkpoint gives a partition never planned its start offset."""
     start = state.start
     planned = start if state.frontier is None else state.frontier
-    if offsets.last_stable < planned:
-        raise OffsetsWentBack(state.topic, state.partition, planned, offsets.last_stable)
+    created_again = replaced(state.topic_id, offsets.topic_id)
+    if offsets.last_stable < planned or created_again:
+        raise OffsetsWentBack(state.topic, state.partition, planned, offsets.last_stable,
+                              *((state.topic_id, offsets.topic_id) if created_again else ()))
     first = start if reach is Reach.BACKLOG else max(start, offsets.position(offsets.at_interval_start))
     end = offsets.position(offsets.at_interval_end)
     fresh = unclaimed(state.topic, state.partition, max(first, planned), end, state.taken + state.released)
@@ -189,7 +224,7 @@ def plan_partition(state: PartitionState, offsets: PartitionOffsets, reach: Reac
         gaps += [gap] if gap else []
         into.append(rest)
     return PartitionPlan(state.topic, state.partition, start, state.released, tuple(replanned), tuple(kept),
-                         tuple(gaps), planned)
+                         tuple(gaps), planned, topic_id=offsets.topic_id or state.topic_id)
 
 
 def _survive_retention(wanted: OffsetRange, log_start: int, allow_data_loss: bool

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 
 from exactly_once import faults
 from exactly_once.catalog import ColumnType
-from exactly_once.config import PipelineConfig, load_config
+from exactly_once.config import PipelineConfig, load_stored_config
 from exactly_once.errors import ConfigError, error_text
 from exactly_once.ledger import trials
 from exactly_once.ledger.checkpoints import (Attempt, AttemptState, Begun, Checkpoint, Committable, Outcome, Recovery,
@@ -63,7 +63,7 @@ class Ledger:
     def of_registered(cls, pipeline: str, connect: Callable[[], object], **options) -> Ledger:
         """The ledger of a pipeline as it was last registered (how a Spark job finds its configuration)."""
         with closing(connect()) as conn, conn, conn.cursor() as cur:
-            return cls(load_config(registered_config(cur, pipeline)), connect, **options)
+            return cls(load_stored_config(registered_config(cur, pipeline)), connect, **options)
 
     @classmethod
     def of_attempt(cls, pipeline: str, checkpoint_id: int, attempt: int, connect: Callable[[], object],
@@ -71,7 +71,7 @@ class Ledger:
         """The ledger with the configuration the attempt was started with (how its Spark job
         runs exactly that version, whatever was registered since)."""
         with closing(connect()) as conn, conn, conn.cursor() as cur:
-            return cls(load_config(attempt_config(cur, pipeline, checkpoint_id, attempt)), connect, **options)
+            return cls(load_stored_config(attempt_config(cur, pipeline, checkpoint_id, attempt)), connect, **options)
 
     def connect(self):
         """A new connection to the pipeline database."""
@@ -136,17 +136,22 @@ class Ledger:
 
     # -- the two phases ---------------------------------------------------------------
 
-    def start_attempt(self, checkpoint_id: int) -> Checkpoint:
+    def start_attempt(self, checkpoint_id: int, try_started: datetime | None = None) -> Checkpoint:
         """A new attempt of a planned or running checkpoint; earlier attempts are fenced off
-        and their staging rows discarded (staging is replaced, never added to)."""
+        and their staging rows discarded (staging is replaced, never added to). A stalled one
+        only by an operator's cleared task: a try that began at `try_started`, after the stall
+        (`Checkpoint.resumed_by`); else `Stalled`."""
         with self.rows() as rows:
             checkpoint = rows.checkpoint(checkpoint_id)
             if not checkpoint.state.open or checkpoint.awaits_commit:
                 raise NotRunnable(checkpoint)
             now = self.now()
             if checkpoint.state is State.STALLED:  # only a person starts one: retries stop at a stall
+                if not checkpoint.resumed_by(try_started):
+                    raise Stalled(self.config.name, checkpoint)
                 rows.record_action("resume", checkpoint_id, now,
-                                   f"a new attempt was started (a cleared task) after: {checkpoint.reason}")
+                                   f"a new attempt was started by a task cleared after the stall "
+                                   f"(its try began {try_started.isoformat()}) after: {checkpoint.reason}")
             rows.run("start_attempt", checkpoint_id=checkpoint_id, lease_until=now + self.config.lease)
             attempt = rows.cur.fetchone()[0]
             rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED,
@@ -183,10 +188,12 @@ class Ledger:
             self.fault("pre_commit.before_commit")
         return Committable(checkpoint_id, attempt, checkpoint.ranges, staged)
 
-    def commit(self, checkpoint_id: int) -> Outcome:
+    def commit(self, checkpoint_id: int, try_started: datetime | None = None) -> Outcome:
         """Phase two, in one transaction, idempotent: promote the staged rows and record the
-        committed ranges (exactly_once.ledger.commit says what each refusal means)."""
-        return commit(self, checkpoint_id)
+        committed ranges (exactly_once.ledger.commit says what each refusal means). A
+        checkpoint stalled at commit only by an operator: a task's try that began at
+        `try_started`, after the stall."""
+        return commit(self, checkpoint_id, try_started)
 
     # -- abort and recovery -------------------------------------------------------------
 
@@ -205,7 +212,7 @@ class Ledger:
                               self.now(), retryable)
             rows.delete_staging(checkpoint_id, attempt)
             if stalls(rows.failed_attempts(checkpoint_id), self.config.stall_after):
-                rows.run("mark_stalled", checkpoint_id=checkpoint_id, reason=reason)
+                rows.run("mark_stalled", checkpoint_id=checkpoint_id, reason=reason, now=self.now())
                 return Outcome.STALLED
             rows.run("mark_planned", checkpoint_id=checkpoint_id, reason=reason, lease_until=checkpoint.lease_until)
         return Outcome.ABORTED

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from psycopg2 import sql
 
-from exactly_once.config import PipelineConfig, Sink, load_config
+from exactly_once.config import PipelineConfig, Sink, load_stored_config
 from exactly_once.ledger.checkpoints import Attempt, AttemptState, Checkpoint, Staged, State
 from exactly_once.ledger.planning import OffsetRange, PartitionPlan, PartitionState, Reach
 from exactly_once.ledger.refusals import PromotionRefused
@@ -68,10 +68,10 @@ class LedgerRows:
         return self if config == self.config else LedgerRows(self.cur, config)
 
     def attempt_version(self, checkpoint_id: int, attempt: int) -> PipelineConfig:
-        """The configuration the attempt ran with (this one for an attempt started before
-        versions were recorded)."""
+        """The configuration the attempt ran with, as recorded (this one for an attempt started
+        before versions were recorded)."""
         try:
-            return load_config(attempt_config(self.cur, self.config.name, checkpoint_id, attempt))
+            return load_stored_config(attempt_config(self.cur, self.config.name, checkpoint_id, attempt))
         except LookupError:
             return self.config
 
@@ -106,13 +106,14 @@ class LedgerRows:
         if row is None:
             raise LookupError(f"checkpoint {checkpoint_id} of pipeline {self.config.name!r} does not exist")
         cp_id, dag_run_id, state, attempt, interval_start, interval_end, lease_until, precommitted_attempt, \
-            staged, records, reason, replays, commit_failures = row
+            staged, records, reason, replays, commit_failures, stalled_at = row
         self.run("checkpoint_ranges", checkpoint_id=checkpoint_id)
         ranges = tuple(OffsetRange(*r) for r in self.cur.fetchall())
         # rows only: a checkpoint pre-committed by an earlier version recorded a checksum as well
         staged = None if staged is None else {name: Staged(s["rows"]) for name, s in staged.items()}
         return Checkpoint(cp_id, dag_run_id, State(state), attempt, ranges, interval_start, interval_end,
-                          lease_until, precommitted_attempt, staged, records, reason, replays, commit_failures)
+                          lease_until, precommitted_attempt, staged, records, reason, replays, commit_failures,
+                          stalled_at)
 
     def checkpoint_of_run(self, dag_run_id: str) -> int | None:
         self.run("checkpoint_of_run", pipeline=self.config.name, dag_run_id=dag_run_id)
@@ -181,11 +182,12 @@ class LedgerRows:
 
     def partitions(self) -> dict[Partition, PartitionState]:
         """What the ledger says about each partition the pipeline planned before: its start,
-        frontier, the ranges and gaps reaching past the frontier, and released ranges."""
+        frontier, the ranges and gaps reaching past the frontier, released ranges, and the
+        id of the topic whose offsets these are."""
         states = {}
         self.run("partitions", pipeline=self.config.name)
-        for topic, partition, start, frontier in self.cur.fetchall():
-            states[(topic, partition)] = PartitionState(topic, partition, start, frontier)
+        for topic, partition, start, frontier, topic_id in self.cur.fetchall():
+            states[(topic, partition)] = PartitionState(topic, partition, start, frontier, topic_id=topic_id)
         for statement, field in (("taken_ranges", "taken"), ("released_ranges", "released")):
             self.run(statement, pipeline=self.config.name)
             for topic, partition, a, b in self.cur.fetchall():
@@ -193,6 +195,15 @@ class LedgerRows:
                 states[(topic, partition)] = replace(
                     state, **{field: getattr(state, field) + (OffsetRange(topic, partition, a, b),)})
         return states
+
+    def topic_ids(self, checkpoint_id: int) -> dict[str, dict[int, str]]:
+        """Per topic, per partition: the id of the topic the checkpoint's ranges were planned in,
+        where recorded (a read the Spark job makes)."""
+        found: dict[str, dict[int, str]] = {}
+        self.run("checkpoint_topic_ids", checkpoint_id=checkpoint_id)
+        for topic, partition, topic_id in self.cur.fetchall():
+            found.setdefault(topic, {})[partition] = topic_id
+        return found
 
     def insert_checkpoint(self, dag_run_id: str, interval_start: datetime | None, interval_end: datetime | None,
                           reach: Reach, state: State, lease_until: datetime, now: datetime) -> int:
@@ -207,7 +218,7 @@ class LedgerRows:
         where = {"pipeline": self.config.name, "topic": plan.topic, "partition": plan.partition,
                  "checkpoint_id": checkpoint_id}
         for r in plan.ranges:
-            self.run("insert_range", **where, from_offset=r.start, to_offset=r.end)
+            self.run("insert_range", **where, from_offset=r.start, to_offset=r.end, topic_id=plan.topic_id)
         for gap in plan.gaps:
             self.run("insert_gap", **where, from_offset=gap.start, to_offset=gap.end, now=now)
         left = {r.end: r.start for r in plan.left_released}  # where the cap cut a released range
@@ -216,7 +227,8 @@ class LedgerRows:
             if end < released.end:
                 self.run("split_released", **where, from_offset=released.start, to_offset=released.end, cut=end)
             self.run("mark_replanned", **where, from_offset=released.start, to_offset=end)
-        self.run("set_frontier", **where, start_offset=plan.start_offset, frontier=plan.frontier)
+        self.run("set_frontier", **where, start_offset=plan.start_offset, frontier=plan.frontier,
+                 topic_id=plan.topic_id)
 
     # -- staging ------------------------------------------------------------------------
 

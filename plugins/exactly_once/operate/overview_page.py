@@ -76,7 +76,8 @@ def _backlog(backlog) -> str:
     return _table(["sink", "records", "from checkpoint", "published through", "published", "held behind"],
                   [[escape(b.sink), b.records, b.first_checkpoint, "" if b.published_through is None else
                     b.published_through, escape(_when(b.published_at)),
-                    "" if b.held_behind is None else f"checkpoint {b.held_behind} (open, planned before)"]
+                    "" if b.held_behind is None else
+                    f"checkpoint {b.held_behind} ({escape(b.held_reason or 'open, planned before')})"]
                    for b in backlog], "backlog")
 
 

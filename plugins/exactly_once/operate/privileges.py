@@ -10,6 +10,13 @@
 
 Each right missing or too much is a problem naming the connection, the table and the
 privilege. A table that does not exist yet (staging before the first registration) is not asked about.
+
+Neither the job role nor the read role may create objects where the ledger's code resolves
+names — `public`, the ledger's schema, the final tables' schemas, the commit role's search
+path — nor schemas in the database (one named after the commit role would come first in its
+search path): a function, operator or view made there could be found by a statement the
+ledger's owner runs, and run with its rights (issue 60; the definers' own search path is
+pinned, sql/migrations/0018_definers_pinned_search_path.sql). Each is named with its REVOKE.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ class Duty:
     functions: tuple[str, ...] = ()
     schemas: tuple[str, ...] = ()  # needs USAGE: the job role resolves final tables' names
     may_be_superuser: bool = False
+    # Where it must not create objects (with the commit role's search path, found at the check).
+    creates_nowhere: tuple[str, ...] = ()
 
 
 def duties(config: PipelineConfig) -> dict[str, Duty]:
@@ -67,6 +76,7 @@ def duties(config: PipelineConfig) -> dict[str, Duty]:
     ledger = [(LEDGER_SCHEMA, name) for name in LEDGER]
     written = [(LEDGER_SCHEMA, name) for name in WRITTEN_BY_COMMIT]
     job_reads = [(LEDGER_SCHEMA, name) for name in JOB_READS]
+    resolved = tuple(dict.fromkeys(("public", LEDGER_SCHEMA, *(schema for schema, _ in final))))
     return {
         PIPELINE_DB: Duty("the commit role", _each(final, ("SELECT", "INSERT", "UPDATE", "DELETE"))
                           + _each(written, ("SELECT", "INSERT", "UPDATE", "DELETE")), (), may_be_superuser=True),
@@ -74,10 +84,12 @@ def duties(config: PipelineConfig) -> dict[str, Duty]:
                               _each(final, ("SELECT", *WRITES)) + _each(written, WRITES)
                               + _each(staging, ("SELECT", "UPDATE", "DELETE", "TRUNCATE"))
                               + _each(contributions, ("SELECT", *WRITES)),
-                              JOB_FUNCTIONS, tuple(dict.fromkeys(schema for schema, _ in final))),
+                              JOB_FUNCTIONS, tuple(dict.fromkeys(schema for schema, _ in final)),
+                              creates_nowhere=resolved),
         PIPELINE_DB_READ: Duty("the read role", _each(ledger, ("SELECT",)),
                                _each(final, ("SELECT", *WRITES)) + _each(written, WRITES)
-                               + _each(staging, ("SELECT", *WRITES)) + _each(contributions, ("SELECT", *WRITES))),
+                               + _each(staging, ("SELECT", *WRITES)) + _each(contributions, ("SELECT", *WRITES)),
+                               creates_nowhere=resolved),
     }
 
 
@@ -102,7 +114,7 @@ def problems(config: PipelineConfig, connect_as: ConnectAs) -> list[Problem]:
     (None for a connection that is not defined, which `connection_problems` reports)."""
     from exactly_once.connections import PIPELINE_DB
 
-    found, commit_role = [], None
+    found, commit_role, search_path = [], None, ()
     for conn_id, duty in duties(config).items():
         connect = connect_as(conn_id)
         if connect is None:
@@ -115,11 +127,14 @@ def problems(config: PipelineConfig, connect_as: ConnectAs) -> list[Problem]:
             if conn_id == PIPELINE_DB:
                 cur.execute(Q["current_user"])
                 commit_role = cur.fetchone()[0]
-            found += duty_problems(cur, conn_id, duty, commit_role)
+                cur.execute(Q["search_path"])
+                search_path = tuple(cur.fetchone()[0])
+            found += duty_problems(cur, conn_id, duty, commit_role, search_path)
     return found
 
 
-def duty_problems(cur, conn_id: str, duty: Duty, commit_role: str | None = None) -> list[Problem]:
+def duty_problems(cur, conn_id: str, duty: Duty, commit_role: str | None = None,
+                  search_path: tuple[str, ...] = ()) -> list[Problem]:
     subject = f"connection {conn_id!r}"
     if not duty.may_be_superuser:
         cur.execute(Q["powers"])
@@ -146,6 +161,42 @@ def duty_problems(cur, conn_id: str, duty: Duty, commit_role: str | None = None)
         found.append(Problem(subject, f"{duty.what} lacks " + ", ".join(missing)))
     if too_much:
         found.append(Problem(subject, f"{duty.what} must not hold " + ", ".join(too_much)))
+    if duty.creates_nowhere:
+        found += create_problems(cur, subject, duty, (*duty.creates_nowhere, *search_path), commit_role)
+    return found
+
+
+def create_problems(cur, subject: str, duty: Duty, schemas: tuple[str, ...], commit_role: str | None
+                    ) -> list[Problem]:
+    """Each schema of `schemas` the connection's role may create objects in, and the database
+    if it may create schemas, with how it holds the right and the statement that takes it back."""
+    schemas = tuple(dict.fromkeys(schemas))
+    cur.execute(Q["create_rights"], {"schemas": list(schemas)})
+    ways: dict[str | None, list[tuple[str, bool]]] = {}
+    for schema, through, is_owner in cur.fetchall():
+        ways.setdefault(schema, []).append((through, is_owner))
+    if not ways:
+        return []
+    cur.execute(Q["role_and_database"])
+    role, database = cur.fetchone()
+    owner_to = _quoted(commit_role) if commit_role else "<the commit role>"
+    found = []
+    for schema in (*(s for s in schemas if s in ways), *((None,) if None in ways else ())):
+        granted = [through for through, is_owner in ways[schema] if not is_owner]
+        owners = [through for through, is_owner in ways[schema] if is_owner]
+        how = "; ".join([f"granted to {' and '.join(granted)}"] * bool(granted)
+                        + [f"owned by {owner}" + ("" if owner == _quoted(role) else ", whose member it is")
+                           for owner in owners])
+        on = f"DATABASE {_quoted(database)}" if schema is None else f"SCHEMA {_quoted(schema)}"
+        fix = [f"REVOKE CREATE ON {on} FROM {through}" for through in granted]
+        fix += [f"ALTER {on} OWNER TO {owner_to}" for _ in owners]
+        if schema is None:
+            what = (f"{duty.what} {role} may create schemas in database {database} ({how}): one named after "
+                    "the commit role would come first in the commit role's search path")
+        else:
+            what = (f"{duty.what} {role} may create objects in schema {schema} ({how}), where the ledger's code "
+                    "resolves names: what it makes there could run with the rights of the ledger's owner")
+        found.append(Problem(subject, what, "; ".join(fix)))
     return found
 
 

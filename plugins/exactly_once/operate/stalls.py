@@ -14,7 +14,10 @@
         after the partition's offsets went backwards (the topic deleted and created again,
         a failover to another cluster): the pipeline reads it again from OFFSET; its
         history there (committed ranges, gaps, dead letters, and the rows of append sinks)
-        is kept under the label TOPIC@reset-N, which no Kafka topic can be named
+        is kept under the label TOPIC@reset-N, which no Kafka topic can be named, and the
+        partition takes the topic's id as Kafka gives it now. Refused unless Kafka shows
+        why: the topic's id is not the one recorded, or the log ends before what was
+        planned; --force resets it all the same (the reason says why)
 
 Committed offsets cannot be dead-lettered (they counted already), nor offsets of a
 checkpoint that is running or pre-committed (wait for it, or let it fail). A partition
@@ -33,7 +36,9 @@ from contextlib import closing
 from exactly_once import connections
 from exactly_once.errors import ConfigError
 from exactly_once.ledger.checkpoints import Outcome, State
-from exactly_once.ledger.planning import OffsetRange
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.migrate import migrate_through
+from exactly_once.ledger.planning import OffsetRange, OffsetSource, replaced
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.rows import LedgerRows, pipeline_of
 from exactly_once.sinks.upsert import by_offset
@@ -85,8 +90,14 @@ def dead_letter(ledger: Ledger, offsets: OffsetRange, reason: str) -> tuple[int,
     return _release(ledger, act, f"released: an operator dead-lettered {offsets.label} ({reason})")
 
 
-def reset_partition(ledger: Ledger, topic: str, partition: int, to_offset: int, reason: str) -> str:
-    """Plans the partition again from `to_offset`, its history kept under a label (returned)."""
+def reset_partition(ledger: Ledger, topic: str, partition: int, to_offset: int, reason: str,
+                    kafka: OffsetSource | None = None, force: bool = False) -> str:
+    """Plans the partition again from `to_offset`, its history kept under a label (returned).
+    With `kafka` (the command line always asks it), the partition takes the topic's current id,
+    and the reset is refused unless Kafka shows the offsets went back (another topic id, or a
+    log that ends before the frontier) or `force` is given; without it, the partition adopts
+    the topic's id at its next plan, unchecked."""
+    now = None if kafka is None else kafka.offsets(topic, partition, None, None)  # asked before the lock
     config = ledger.config
     ordered_by_offset = [sink.name for sink in config.sinks if by_offset(sink)]
     if ordered_by_offset:
@@ -99,6 +110,12 @@ def reset_partition(ledger: Ledger, topic: str, partition: int, to_offset: int, 
         if found is None or to_offset >= found[1]:
             raise ConfigError(f"{topic}[{partition}] cannot be reset to {to_offset}: the pipeline "
                               + ("never planned it" if found is None else f"planned it up to {found[1]} only"))
+        _, frontier, recorded_id = found
+        if now is not None and not force and not replaced(recorded_id, now.topic_id) and now.last_stable >= frontier:
+            raise ConfigError(f"{topic}[{partition}] cannot be reset: nothing says its offsets went back: the topic's "
+                              f"id is still {recorded_id or 'the one planned in (not recorded)'} and the "
+                              f"partition's log ends at {now.last_stable}, not before the {frontier} planned; "
+                              "--force resets it all the same")
         held = [(state, cp) for state, cp in rows.holders(OffsetRange(topic, partition, 0, found[1]))
                 if state != "committed"]
         if held:
@@ -106,10 +123,13 @@ def reset_partition(ledger: Ledger, topic: str, partition: int, to_offset: int, 
                               + ", ".join(f"{cp} ({state})" for state, cp in held) + "; retry or release them first")
         rows.run("reset_count", pipeline=config.name, topic=topic, partition=partition)
         label = f"{topic}@reset-{rows.cur.fetchone()[0] + 1}"
+        evidence = "" if now is None else (
+            f" (topic id {recorded_id} -> {now.topic_id}, log end {now.last_stable}, planned up to {frontier}"
+            + (", forced" if force else "") + ")")
         rows.record_action("reset_partition", None, ledger.now(), f"reset to offset {to_offset}, history kept as "
-                           f"{label}: {reason}", OffsetRange(topic, partition, to_offset, found[1]))
+                           f"{label}{evidence}: {reason}", OffsetRange(topic, partition, to_offset, found[1]))
         rows.run("reset_partition", pipeline=config.name, topic=topic, partition=partition, label=label,
-                 to_offset=to_offset)
+                 to_offset=to_offset, topic_id=None if now is None else now.topic_id)
         for sink in config.sinks:
             if sink.mode == "append":
                 rows.relabel_append_rows(sink, topic, partition, label)
@@ -140,8 +160,11 @@ def main() -> None:
     reset.add_argument("partition", help="TOPIC[PARTITION]")
     reset.add_argument("--to", type=int, required=True, help="the offset to read it from")
     reset.add_argument("--reason", required=True, help="why (kept with the action)")
+    reset.add_argument("--force", action="store_true",
+                       help="reset even though Kafka shows no sign that the offsets went back")
     args = parser.parse_args()
     connect = connections.for_command_line(connections.connector)
+    migrate_through(connect)  # an operator's way out may be the first step after an upgrade
     try:
         if args.command == "retry":
             with closing(connect()) as conn, conn, conn.cursor() as cur:
@@ -152,8 +175,9 @@ def main() -> None:
                                    args.reason)
         else:
             topic, partition = parse_partition(args.partition)
-            label = reset_partition(Ledger.of_registered(args.pipeline, connect), topic, partition, args.to,
-                                    args.reason)
+            with KafkaOffsets(connections.for_command_line(connections.kafka_client)) as kafka:
+                label = reset_partition(Ledger.of_registered(args.pipeline, connect), topic, partition, args.to,
+                                        args.reason, kafka, args.force)
             print(f"recorded; {args.partition} is read again from offset {args.to}; its history is kept as {label}")
             return
     except (ConfigError, LookupError) as refused:

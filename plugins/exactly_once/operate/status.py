@@ -21,7 +21,8 @@ from datetime import datetime, timedelta
 from exactly_once import connections
 from exactly_once.dead_letter_budget import BREACH
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
-from exactly_once.ledger.planning import OffsetRange, describe_ranges
+from exactly_once.ledger.planning import OffsetRange, describe_ranges, replaced
+from exactly_once.publishing import publisher
 from exactly_once.sqlfiles import named
 
 Q = named("status.sql")
@@ -54,6 +55,8 @@ class PartitionLag:
     partition: int
     committed_end: int   # the next offset no commit has covered
     last_stable: int     # Kafka's read_committed end
+    recorded_id: str | None = None  # the id of the topic the ledger's offsets are of (KIP-516)
+    topic_id: str | None = None     # the topic's id in Kafka now
 
     @property
     def lag(self) -> int:
@@ -63,9 +66,10 @@ class PartitionLag:
 
     @property
     def went_back(self) -> bool:
-        """The log ends before offsets already committed (the topic created again, another
-        cluster): the planner refuses to go on (planning.OffsetsWentBack)."""
-        return self.last_stable < self.committed_end
+        """The log ends before offsets already committed, or is another topic's (its id is not
+        the one recorded: the topic created again, another cluster): the planner refuses to go
+        on (planning.OffsetsWentBack)."""
+        return self.last_stable < self.committed_end or replaced(self.recorded_id, self.topic_id)
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,8 @@ class Backlog:
     first_checkpoint: int
     published_through: int | None  # the last checkpoint published
     published_at: datetime | None
-    held_behind: int | None  # the open checkpoint, planned before some of them, they wait for
+    held_behind: int | None  # the checkpoint, before some of them in frontier order, they wait for
+    held_reason: str | None = None  # why, when not "open, planned before" (publishing.progress.Hold)
 
 
 @dataclass(frozen=True)
@@ -150,9 +155,10 @@ def read_status(conn, kafka: KafkaOffsets | None, pipeline: str, history: int = 
         stalls = tuple(Stall(cp, run, tuple(OffsetRange(*r) for r in ranges), failed, since, error, at_commit)
                        for cp, run, ranges, failed, since, error, at_commit in cur.fetchall())
         cur.execute(Q["outbox_backlog"], where)
-        backlog = tuple(Backlog(*row) for row in cur.fetchall())
-    lag = () if kafka is None else tuple(PartitionLag(t, p, end, kafka.offsets(t, p, None, None).last_stable)
-                                         for t, p, end in ends)
+        backlog = tuple(_backlog(cur, pipeline, *row) for row in cur.fetchall())
+    lag = () if kafka is None else tuple(PartitionLag(t, p, end, now.last_stable, recorded_id, now.topic_id)
+                                         for t, p, end, recorded_id in ends
+                                         for now in [kafka.offsets(t, p, None, None)])
     return PipelineStatus(pipeline, stalls, None if last is None else LastCommit(*last), lag,
                           _checkpoints(conn, pipeline, open_only=True, limit=None), gaps,
                           _checkpoints(conn, pipeline, open_only=False, limit=history), backlog)
@@ -211,17 +217,35 @@ def render_stall(pipeline: str, stall: Stall) -> str:
 
 
 def render_went_back(pipeline: str, lag: PartitionLag) -> str:
+    created_again = (f" of another topic: its id was {lag.recorded_id}, now {lag.topic_id} (created again)"
+                     if replaced(lag.recorded_id, lag.topic_id) else "")
     return (f"STALLED: {lag.topic}[{lag.partition}]: offsets went backwards: committed up to {lag.committed_end}, "
-            f"but the log ends at {lag.last_stable}\n"
+            f"but the log ends at {lag.last_stable}{created_again}\n"
             f"  way out: `python -m exactly_once.operate.stalls reset-partition {pipeline} '{lag.topic}[{lag.partition}]' "
             "--to OFFSET --reason WHY`")
+
+
+def _backlog(cur, pipeline: str, sink: str, records: int, first: int, published_through: int | None,
+             published_at: datetime | None, last: int) -> Backlog:
+    """A sink's backlog, and what holds some of its rows back: the pipeline's first work not
+    committed in frontier order (publishing: outbox.sql, held_behind), if it comes before them."""
+    hold = publisher.held_behind(cur, pipeline, sink)
+    if hold is None or hold.order >= (last, last):
+        return Backlog(sink, records, first, published_through, published_at, None)
+    reason = ("aborted, its offsets not planned again" if hold.checkpoint_id is None else
+              None if hold.checkpoint_id == hold.rank else f"open, plans again offsets of checkpoint {hold.rank}")
+    return Backlog(sink, records, first, published_through, published_at, hold.checkpoint_id or hold.rank, reason)
+
+
+def held_behind(b: Backlog) -> str:
+    return "" if b.held_behind is None else f"checkpoint {b.held_behind} ({b.held_reason or 'open, planned before'})"
 
 
 def render_backlog(backlog: tuple[Backlog, ...]) -> str:
     return "kafka sinks' records committed, not yet published:\n" + table(
         ["sink", "records", "from checkpoint", "published through", "published", "held behind"],
         [[b.sink, b.records, b.first_checkpoint, b.published_through, _when(b.published_at),
-          "" if b.held_behind is None else f"checkpoint {b.held_behind} (open, planned before)"] for b in backlog])
+          held_behind(b)] for b in backlog])
 
 
 def render(status: PipelineStatus) -> str:

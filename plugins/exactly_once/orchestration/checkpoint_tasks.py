@@ -73,7 +73,7 @@ class IncrementOperator(BaseOperator):
         with airflow_outcome(), observed(lambda: ledger(self.config), self.alerts, kafka_client, context):
             self.runner = job_runner(self.conn_id, f"{self.config.name} increment", self.config,
                                      job_settings(self.config))
-            tasks.run_increment(ledger(self.config), checkpoint_id, self.runner)
+            tasks.run_increment(ledger(self.config), checkpoint_id, self.runner, context["ti"].start_date)
 
     def on_kill(self) -> None:
         if self.runner is not None:
@@ -148,7 +148,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
         ti = context["ti"]
         with airflow_outcome(), observed(lambda: ledger(config), alerts, kafka_client, context):
             return tasks.commit_checkpoint(ledger(config), ti.xcom_pull(task_ids="begin_checkpoint"),
-                                           ti.try_number).value
+                                           ti.try_number, ti.start_date).value
 
     @task(task_id="publish", retries=commit_retries, retry_delay=timedelta(seconds=5),
           retry_exponential_backoff=True)

@@ -26,7 +26,7 @@ from exactly_once.ledger.checkpoints import Begun, Outcome, State
 from exactly_once.ledger.holders import holders
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.leases import heartbeat
-from exactly_once.ledger.migrate import migrate
+from exactly_once.ledger.migrate import migrate_through
 from exactly_once.ledger.planning import Reach, describe_ranges
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Fenced, NotRunnable, Stalled
@@ -49,8 +49,7 @@ def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: da
     checkpoint; says in the log what it planned or, for an empty interval, who holds its
     records. With `reprocess`, a run whose checkpoint is committed begins a reprocessing of
     it (promise 10) instead of changing nothing."""
-    with closing(ledger.connect()) as conn:
-        migrate(conn)
+    migrate_through(ledger.connect)
     ledger.refuse_if_stalled(run_id)
     if connect_as is not None:
         privileges.require(ledger.config, connect_as)
@@ -111,7 +110,8 @@ def job_arguments(config: PipelineConfig, checkpoint_id: int, attempt: int) -> l
     return ["--pipeline", config.name, "--checkpoint-id", str(checkpoint_id), "--attempt", str(attempt)]
 
 
-def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[str]], AttemptReport]) -> int | None:
+def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[str]], AttemptReport],
+                  try_started: datetime | None = None) -> int | None:
     """Starts a new attempt of the checkpoint (fencing off any older one), runs the Spark
     job with `execute(job arguments)` (`exactly_once.spark.runners`, or a session in this
     process), which returns what the job staged or raises if it fails, and pre-commits what
@@ -119,9 +119,11 @@ def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[st
     a private file (`--token`), for the ledger's staging functions. A failed attempt is
     aborted, so a retry runs the same frozen ranges again; the error raised says whether a
     retry may help (`attempt_failure`). Returns the attempt, or None when the checkpoint is already
-    pre-committed or committed (a cleared or retried task)."""
+    pre-committed or committed (a cleared or retried task). `try_started`: when the task's
+    try began; a stalled checkpoint runs again only in a try that began after its stall
+    (an operator cleared the task)."""
     try:
-        attempt = ledger.start_attempt(checkpoint_id).attempt
+        attempt = ledger.start_attempt(checkpoint_id, try_started).attempt
     except NotRunnable as refused:
         if refused.done:
             log.info("nothing to run: %s", refused)
@@ -193,10 +195,16 @@ def publish_outbox(ledger: Ledger, client: KafkaClient, **options) -> list[Publi
     return published
 
 
-def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int) -> Outcome:
-    """Phase two (idempotent). Fault points name the task's try, e.g. fail only try 1."""
+def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int, try_started: datetime | None = None
+                      ) -> Outcome:
+    """Phase two (idempotent), on a migrated ledger: a checkpoint pre-committed before an
+    upgrade is committed by a commit task that runs before any begin. `try_started`: when
+    the task's try began; a checkpoint stalled at commit is committed only by a try that
+    began after its stall (an operator cleared the task). Fault points name the task's
+    try, e.g. fail only try 1."""
     faults.point(f"commit_task.try{try_number}")
-    outcome = ledger.commit(checkpoint_id)
+    migrate_through(ledger.connect)
+    outcome = ledger.commit(checkpoint_id, try_started)
     log.info("checkpoint %s: %s", checkpoint_id, outcome.value)
     faults.point("commit_task.after_commit")  # committed, but the task has not reported success
     return outcome

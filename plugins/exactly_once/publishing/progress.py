@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from functools import total_ordering
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -25,14 +26,28 @@ class OutboxMismatch(Permanent):
     deleted). A person decides."""
 
 
-@dataclass(frozen=True, order=True)
+NEVER = 2**63 - 1  # after every checkpoint id
+
+
+@total_ordering
+@dataclass(frozen=True)
 class Progress:
-    """The last outbox row published: (checkpoint, position) orders rows; `epoch` names the
-    promotion that wrote it."""
+    """The last outbox row published: (checkpoint, position) names the row; `epoch` names
+    the promotion that wrote it. Rows are published in frontier order, (rank, checkpoint,
+    position), where `rank` is the first checkpoint that planned the row's offsets (its own,
+    unless it plans again a range an aborted checkpoint released); unknown, its checkpoint's."""
 
     checkpoint_id: int
     position: int
     epoch: str = field(compare=False)
+    rank: int | None = field(default=None, compare=False)
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        return (self.checkpoint_id if self.rank is None else self.rank, self.checkpoint_id, self.position)
+
+    def __lt__(self, other: Progress) -> bool:
+        return self.order < other.order
 
     def encode(self) -> bytes:
         return json.dumps({"checkpoint_id": self.checkpoint_id, "position": self.position,
@@ -47,12 +62,33 @@ class Progress:
         return f"checkpoint {self.checkpoint_id} row {self.position} (epoch {self.epoch})"
 
 
+@dataclass(frozen=True)
+class Hold:
+    """What publishing waits for: the first work of the pipeline, in frontier order, that is
+    not committed. `checkpoint_id` is the open checkpoint; None, a range an aborted checkpoint
+    (`rank`) released that no checkpoint plans again yet."""
+
+    rank: int
+    checkpoint_id: int | None
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.rank, NEVER if self.checkpoint_id is None else self.checkpoint_id)
+
+    def __str__(self) -> str:
+        if self.checkpoint_id is None:
+            return f"checkpoint {self.rank} (aborted, its offsets not planned again)"
+        if self.checkpoint_id == self.rank:
+            return f"checkpoint {self.checkpoint_id} (open, planned before)"
+        return f"checkpoint {self.checkpoint_id} (open, plans again offsets of checkpoint {self.rank})"
+
+
 def verdict(shard: str, in_kafka: Progress | None, known: Progress | None, epoch_at: str | None,
-            first_open: int | None) -> Progress | None:
+            first_open: Hold | int | None) -> Progress | None:
     """Where publishing goes on: after Kafka's progress, once the database agrees with it.
     `known` is what the database recorded as published; `epoch_at` the epoch of the outbox
     row at Kafka's progress (None if the outbox holds no such row); `first_open` the
-    pipeline's first open checkpoint. OutboxMismatch if Kafka says less than the database
+    pipeline's first work not committed (a Hold; an int: that open checkpoint). OutboxMismatch if Kafka says less than the database
     recorded, or more than it can confirm: a row it lacks, or a checkpoint it holds open
     (publishing never passes one)."""
     restored = ("; was the database restored from a backup, or the outbox changed? Publishing stays stopped "
@@ -64,9 +100,16 @@ def verdict(shard: str, in_kafka: Progress | None, known: Progress | None, epoch
                                  "published; was the progress topic deleted? Publishing stays stopped rather "
                                  "than publish again (docs/guide/kafka-output.md)")
         return None
-    if first_open is not None and first_open <= in_kafka.checkpoint_id:
+    hold = Hold(first_open, first_open) if isinstance(first_open, int) else first_open
+    if hold is not None and hold.order <= in_kafka.order[:2]:
+        if hold.checkpoint_id is None:
+            raise OutboxMismatch(f"{shard}: Kafka's progress says {in_kafka} was published, but offsets "
+                                 f"checkpoint {hold.rank} planned before it are released, not committed, in this "
+                                 f"database{restored}")
+        before = "planned before it" if hold.rank == hold.checkpoint_id else \
+            f"planning again offsets of checkpoint {hold.rank}, before it"
         raise OutboxMismatch(f"{shard}: Kafka's progress says {in_kafka} was published, but checkpoint "
-                             f"{first_open}, planned before it, is open in this database{restored}")
+                             f"{hold.checkpoint_id}, {before}, is open in this database{restored}")
     if known is not None and in_kafka < known:
         raise OutboxMismatch(f"{shard}: Kafka's progress, {in_kafka}, is behind what this database recorded as "
                              f"published, {known}{restored}")

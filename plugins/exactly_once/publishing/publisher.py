@@ -3,7 +3,7 @@
     init_transactions(transactional id of the sink)      fences every earlier publisher of it
     read the progress topic (read_committed)             what Kafka says is published
     verdict against the database                         a restored database stops here
-    repeat: begin; rows after the progress, up to a batch; the batch's progress; commit;
+    repeat: begin; rows after the progress in frontier order, up to a batch; the batch's progress; commit;
             record the progress in the database and prune the outbox up to it
 
 Each Kafka transaction is short (`batch_rows`, well under `transaction_timeout_ms`) and
@@ -27,12 +27,11 @@ from exactly_once.config import PipelineConfig, Sink
 from exactly_once.errors import ConfigError
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.publishing import progress
-from exactly_once.publishing.progress import Progress
+from exactly_once.publishing.progress import NEVER, Hold, Progress
 from exactly_once.sqlfiles import named
 
 CHECKPOINT_HEADER = "exactly_once.checkpoint"
 REPLACES_HEADER = "exactly_once.replaces"
-NEVER = 2**63 - 1  # no open checkpoint holds rows back
 
 
 def kafka_sinks(config: PipelineConfig) -> list[Sink]:
@@ -85,13 +84,14 @@ class Publisher:
             for rows in self._batches(reader, sink, at):
                 producer.begin_transaction()
                 try:
-                    for checkpoint_id, position, epoch, replaces, key, value in rows:
+                    for checkpoint_id, position, epoch, replaces, key, value, _ in rows:
                         headers = [(CHECKPOINT_HEADER, str(checkpoint_id))]
                         if replaces is not None:
                             headers.append((REPLACES_HEADER, str(replaces)))
                         self._produce(producer, sink.topic, None if key is None else key.encode(), value.encode(),
                                       headers)
-                    at = Progress(*rows[-1][:3])
+                    last = rows[-1]
+                    at = Progress(*last[:3], rank=last[6])
                     self._produce(producer, progress_at, shard.encode(), at.encode(), None, partition=0)
                     faults.point("publish.before_commit")
                     producer.commit_transaction(self.transaction_timeout_ms / 1000)
@@ -124,28 +124,29 @@ class Publisher:
         with conn, conn.cursor() as cur:
             cur.execute(named("outbox.sql")["published"], self._names(sink))
             found = cur.fetchone()
-            known = Progress(*found) if found else None
+            known = self._ranked(cur, sink, Progress(*found)) if found else None
             epoch_at = None
             if in_kafka is not None:
                 cur.execute(named("outbox.sql")["epoch_at"], {**self._names(sink), **_where(in_kafka)})
                 epoch_at = (cur.fetchone() or (None,))[0]
-            cur.execute(named("outbox.sql")["held_behind"], {"pipeline": self.config.name})
-            first_open = cur.fetchone()[0]
+                in_kafka = self._ranked(cur, sink, in_kafka)
+            first_open = held_behind(cur, self.config.name, sink.name)
         at = progress.verdict(f"pipeline {self.config.name} sink {sink.name}", in_kafka, known, epoch_at, first_open)
         if at is not None:  # also prunes what a publisher that died after some batches left
             self._record(conn, sink, at, prune=True)
         return at
 
     def _batches(self, conn, sink: Sink, at: Progress | None) -> Iterator[list[tuple]]:
-        """The rows after `at` that may be published now, in batches, from one snapshot
+        """The rows after `at` (the outbox holds no other: it is pruned up to it) that may be
+        published now, in frontier order (outbox.sql, ranks), in batches, from one snapshot
         (rows committed meanwhile wait for the next publish), streamed."""
         with conn, conn.cursor() as cur:
-            cur.execute(named("outbox.sql")["held_behind"], {"pipeline": self.config.name})
-            held_behind = cur.fetchone()[0] or NEVER
+            held = held_behind(cur, self.config.name, sink.name)
         with conn, conn.cursor(name=f"outbox_{sink.name}") as cur:
             cur.itersize = self.batch_rows
-            after = _where(at) if at else {"checkpoint_id": 0, "position": 0}
-            cur.execute(named("outbox.sql")["next_rows"], {**self._names(sink), **after, "held_behind": held_behind})
+            rank, checkpoint_id = held.order if held else (NEVER, NEVER)
+            cur.execute(statement("next_rows"),
+                        {**self._names(sink), "held_rank": rank, "held_checkpoint": checkpoint_id})
             while rows := cur.fetchmany(self.batch_rows):
                 yield rows
 
@@ -153,12 +154,29 @@ class Publisher:
         """What Kafka's commit made durable, recorded; with `prune`, the outbox rows up to it deleted."""
         with conn, conn.cursor() as cur:
             params = {**self._names(sink), **_where(at), "epoch": at.epoch, "now": datetime.now(timezone.utc)}
-            cur.execute(named("outbox.sql")["record_published"], params)
+            cur.execute(statement("record_published"), params)
             if prune:
-                cur.execute(named("outbox.sql")["prune"], params)
+                cur.execute(statement("prune"), params)
+
+    def _ranked(self, cur, sink: Sink, at: Progress) -> Progress:
+        cur.execute(statement("rank_of"), {**self._names(sink), **_where(at)})
+        return Progress(at.checkpoint_id, at.position, at.epoch, rank=cur.fetchone()[0])
 
     def _names(self, sink: Sink) -> dict[str, str]:
         return {"pipeline": self.config.name, "sink": sink.name}
+
+
+def statement(name: str) -> str:
+    """A statement of sql/outbox.sql, with the frontier order's ranks (`ranks`) where it asks."""
+    found = named("outbox.sql")
+    return found[name].replace("/* ranks */", found["ranks"])
+
+
+def held_behind(cur, pipeline: str, sink: str) -> Hold | None:
+    """What the sink's publishing waits for (outbox.sql, held_behind); None: nothing."""
+    cur.execute(statement("held_behind"), {"pipeline": pipeline, "sink": sink})
+    found = cur.fetchone()
+    return Hold(*found) if found else None
 
 
 def _abort(producer: Producer) -> None:

@@ -21,7 +21,7 @@ from exactly_once import faults
 from exactly_once.db import jdbc_options
 from exactly_once.errors import JobFailure, is_retryable
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.planning import OffsetRange, layers
+from exactly_once.ledger.planning import OffsetRange, PlannedInAnotherTopic, layers, replaced
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Fenced
 from exactly_once.schema_registry import SchemaRegistry
@@ -73,17 +73,40 @@ def read_ranges(spark: SparkSession, kafka: KafkaClient, ranges: tuple[OffsetRan
     return reduce(DataFrame.unionAll, reads)
 
 
+def require_planned_topics(ledger: Ledger, checkpoint_id: int, kafka: KafkaClient) -> None:
+    """`PlannedInAnotherTopic` unless each topic the checkpoint's ranges were planned in still
+    has the id recorded with them: a topic deleted and created again has a new one (KIP-516),
+    and its records must not be read under offsets frozen for the old one's (promise 7).
+    Ranges planned before ids were recorded are read unchecked. Asked from the driver only:
+    executors' Python need not have confluent-kafka."""
+    from exactly_once.ledger.kafka_offsets import KafkaOffsets
+
+    with ledger.rows() as rows:
+        recorded = rows.topic_ids(checkpoint_id)
+    if not recorded:
+        return
+    with KafkaOffsets(kafka) as offsets:
+        for topic, partitions in sorted(recorded.items()):
+            now = offsets.topic_id(topic)
+            for was in sorted(set(partitions.values())):
+                if replaced(was, now):
+                    raise PlannedInAnotherTopic(ledger.config.name, checkpoint_id, topic,
+                                                sorted(p for p, i in partitions.items() if i == was), was, now)
+
+
 def run_attempt(spark: SparkSession, ledger: Ledger, checkpoint_id: int, attempt: int, token: str,
                 kafka: KafkaClient, jdbc: Mapping[str, str], registry: SchemaRegistry | None = None) -> AttemptReport:
     """Executes the attempt: stages its rows, which its task then pre-commits from the
     report (`exactly_once.orchestration.tasks.run_increment`); `token` is the attempt's,
     which the ledger's staging functions ask for. Raises `Fenced` if it is not (or no
-    longer, once staged) the checkpoint's current attempt, `BadRecords` under the `fail` policy,
-    `NotIsolated` if a write fails because of records that isolation cannot single out."""
+    longer, once staged) the checkpoint's current attempt, `PlannedInAnotherTopic` before it reads
+    if a topic was created again since its ranges were planned, `BadRecords` under the `fail`
+    policy, `NotIsolated` if a write fails because of records that isolation cannot single out."""
     report = AttemptReport()
     checkpoint = ledger.current(checkpoint_id, attempt)  # Fenced before it reads anything
     log.info("checkpoint %s attempt %s: ranges %s", checkpoint_id, attempt,
              ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end}" for r in checkpoint.ranges))
+    require_planned_topics(ledger, checkpoint_id, kafka)  # before anything is read or staged
     staging = Staging(ledger, checkpoint, attempt, token, jdbc, registry)
     with ledger.rows() as rows:
         set_aside = rows.dead_lettered(checkpoint.ranges)
