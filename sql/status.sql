@@ -3,6 +3,13 @@
 -- name: pipelines
 SELECT name FROM exactly_once.pipelines ORDER BY name;
 
+-- name: pipelines_and_refused
+-- With the pipelines whose runs were refused before they were ever registered (migration 0021).
+SELECT name FROM exactly_once.pipelines
+UNION
+SELECT pipeline FROM exactly_once.refusals
+ORDER BY 1;
+
 -- name: checkpoints
 -- The latest checkpoints (or only the open ones) with their ranges (a reprocessing's are
 -- those of the checkpoint it replays), records, how long each phase took, and the

@@ -1,194 +1,44 @@
 """Typed pipeline configuration, validated once at the edge.
 
 `load_config(mapping)` is the only way in: an invalid value raises
-`ConfigError` naming the field and quoting the value.
+`ConfigError` naming the field and quoting the value. `load_stored_config` reads a version
+the ledger recorded, which later rules do not refuse. The source's part is in
+`exactly_once.config_source` (`Source` and `NO_KEY` are imported from here too).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, ValidationError, ValidationInfo,
-                      ValidatorFunctionWrapHandler, field_validator, model_validator)
+from pydantic import Field, PositiveInt, StringConstraints, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from exactly_once.config_source import NO_KEY, STORED, Column, Frozen, Source, plugin_names, rule
 from exactly_once.dead_letter_budget import DeadLetterBudget
 from exactly_once.errors import ConfigError
-from exactly_once.formats import format_of
-from exactly_once.formats._avro_types import mismatches
-from exactly_once.registry import Registry
 from exactly_once.sinks import mode_of
 from exactly_once.sinks.upsert import MODE as UPSERT
 from exactly_once.sinks.upsert import by_offset
-from exactly_once.spark_types import check as check_spark_type
+
+__all__ = ["NO_KEY", "PipelineConfig", "Sink", "Source", "load_config", "load_stored_config"]
 
 # Pipeline and sink names become parts of staging table names.
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
-Column = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 QualifiedTable = Annotated[str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$")]
 # Kafka's own rule for topic names.
 KafkaTopic = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 
-STORED = {"stored": True}  # the validation context of a configuration version the ledger recorded
-
-
-def _stored(info: ValidationInfo) -> bool:
-    return bool(info.context and info.context.get("stored"))
-
-
-def rule(check):
-    """A validation rule of this release: applied to a configuration as it is loaded from a
-    DAG file, never to a version the ledger recorded, which is the contract it ran under
-    (promise 13: a rule added later must not strand a checkpoint pre-committed before it)."""
-    def checked(self, info: ValidationInfo):
-        return self if _stored(info) else check(self)
-
-    checked.__name__, checked.__qualname__, checked.__doc__ = check.__name__, check.__qualname__, check.__doc__
-    return model_validator(mode="after")(checked)
-
-
-def _names(package: str) -> list[str]:
-    """The plug-ins of a package (sink modes, value formats): the valid values the schema shows."""
-    return Registry(package, "", "").names()
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RegistrySchema(_Frozen):
-    subject: str = Field(min_length=1, description="A subject of the schema registry.")
-    version: PositiveInt = Field(description="Its version: a number, as a version never changes once registered.")
-
-
-ReaderSchema = str | RegistrySchema
-NO_KEY = "none"
-
-
-class Source(_Frozen):
-    topics: tuple[str, ...] = Field(min_length=1, description="Kafka topics read by the pipeline.")
-    start: Literal["earliest", "latest"] | datetime = Field(
-        "earliest",
-        description="Where a new pipeline starts in each partition: the log start, the last stable "
-                    "offset at its first plan, or the first offset at or after a timestamp. "
-                    "Partitions added later always start at their earliest offset.")
-    value_format: str = Field(
-        "json", description="Encoding of record values, a module of exactly_once.formats: json (an object in "
-                            "UTF-8), string (UTF-8 text, one string field), avro (the schema registry's wire "
-                            "format, read into value_reader_schema).",
-        json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.formats")))
-    schema_registry: str | None = Field(
-        None, description="The Airflow connection (type http) of the schema registry whose Confluent-compatible "
-                          "API the pipeline's record formats use: its extra holds the API's 'url' and TLS settings in "
-                          "the Kafka connection's names, its login and password are basic auth. The first task and "
-                          "`check` ask it for its subjects: a refused login or certificate stops the run.")
-    value_schema: dict[Column, str] = Field(
-        min_length=1, description="Fields of the value: column name -> Spark SQL type, exactly one type each: "
-                                  "boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), date, "
-                                  "timestamp, timestamp_ntz, string, binary, array<T>, map<K,V>, struct<name: T, "
-                                  "...> (exactly_once.spark_types).")
-    value_reader_schema: ReaderSchema | None = Field(
-        None, description="avro: the schema every value is read into, whatever schema wrote it (fields added with "
-                          "defaults, removed, widened): an Avro record schema as JSON text, or {subject, version} "
-                          "of the schema registry. Its fields must give value_schema's columns their types.")
-    key_format: str = Field(
-        NO_KEY, description="Encoding of record keys: none (not decoded; kept as bytes in the dead letters), or "
-                            "a format like value_format's; the key's fields become columns beside the value's.",
-        json_schema_extra=lambda schema: schema.update(enum=[NO_KEY, *_names("exactly_once.formats")]))
-    key_schema: dict[Column, str] = Field(
-        {}, description="Fields of the key, like value_schema's (string: one string field). A key and a value "
-                        "field may not share a name.")
-    key_reader_schema: ReaderSchema | None = Field(None, description="avro keys: like value_reader_schema.")
-    tombstones: Literal["dead_letter", "skip", "delete"] = Field(
-        "dead_letter", description="A record with a key and a null value: a dead letter; skipped (no row, no dead "
-                                   "letter); or delete: it deletes its key's row from each upsert sink ordered by "
-                                   "offset (keyed by key fields), ordered like the key's other records, and "
-                                   "makes no row in other sinks.")
-
-    @field_validator("value_format")
-    @classmethod
-    def _format_known(cls, value_format: str) -> str:
-        format_of(value_format)
-        return value_format
-
-    @field_validator("key_format")
-    @classmethod
-    def _key_format_known(cls, key_format: str) -> str:
-        if key_format != NO_KEY:
-            format_of(key_format)
-        return key_format
-
-    @field_validator("value_schema", "key_schema", mode="wrap")
-    @classmethod
-    def _types_parse(cls, fields: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
-                     ) -> dict[str, str]:
-        """Each type must be one Spark SQL data type: unchecked, `"int, x string"` would add a
-        column to the parsed schema. An error is located at `<field>.<column>`."""
-        schema = handler(fields)
-        if _stored(info):
-            return schema
-        errors = []
-        for column, spark_type in schema.items():
-            try:
-                check_spark_type(spark_type)
-            except ValueError as error:
-                errors.append(InitErrorDetails(type=PydanticCustomError("spark_type", str(error)), loc=(column,),
-                                               input=spark_type))
-        if errors:
-            raise ValidationError.from_exception_data(cls.__name__, errors)
-        return schema
-
-    @rule
-    def _encodings_fit(self) -> Source:
-        for part in ("value", "key"):
-            self._encoding_fits(part)
-        shared = sorted(set(self.key_schema) & set(self.value_schema))
-        if shared:
-            raise ValueError(f"key_schema and value_schema both have {shared}: a column is one or the other")
-        if self.tombstones == "delete" and self.key_format == NO_KEY:
-            raise ValueError("tombstones 'delete' needs the key decoded (key_format): a delete deletes a key's row")
-        return self
-
-    def _encoding_fits(self, part: str) -> None:
-        name, schema, reader = (getattr(self, f"{part}_{a}") for a in ("format", "schema", "reader_schema"))
-        if name == NO_KEY:
-            if schema or reader is not None:
-                raise ValueError("key_schema and key_reader_schema are for a decoded key: set key_format")
-            return
-        if not schema:
-            raise ValueError(f"{part}_format {name!r} needs {part}_schema (the columns it gives)")
-        if name == "string" and list(schema.values()) != ["string"]:
-            raise ValueError(f"{part}_format 'string' gives one string column: {part}_schema must be "
-                             f"{{'<name>': 'string'}}, got {dict(schema)}")
-        registry = format_of(name).needs_registry
-        if registry and (self.schema_registry is None or reader is None):
-            raise ValueError(f"{part}_format {name!r} needs schema_registry (the connection) and "
-                             f"{part}_reader_schema (what records are read into)")
-        if not registry and reader is not None:
-            raise ValueError(f"{part}_reader_schema is for registry formats (avro), not {name!r}")
-        if isinstance(reader, str):
-            wrong = mismatches(reader, schema)
-            if wrong:
-                raise ValueError(f"{part}_reader_schema does not give {part}_schema's columns: {'; '.join(wrong)}")
-
-    def encoded(self, part: str, registry=None):
-        """The records' `key` or `value` column as its format decodes it (exactly_once.formats.Encoded)."""
-        from exactly_once.formats import Encoded
-
-        return Encoded(part, getattr(self, f"{part}_schema"), getattr(self, f"{part}_reader_schema"), registry)
-
-
-class Sink(_Frozen):
+class Sink(Frozen):
     name: Name = Field(description="Name of the sink within the pipeline (names its staging table).")
     table: QualifiedTable = Field(description="Final table, 'schema.table' or 'table'; created by the user.")
     mode: str = Field(
         description="How rows merge, a module of exactly_once.sinks: append: a row per record; upsert: by key, "
                     "the newest row wins (see `order_by`); aggregate: measures of each group are added; kafka: "
                     "published to `topic` through the outbox (docs/guide/kafka-output.md).",
-        json_schema_extra=lambda schema: schema.update(enum=_names("exactly_once.sinks")))
+        json_schema_extra=lambda schema: schema.update(enum=plugin_names("exactly_once.sinks")))
     keys: tuple[Column, ...] = Field((), description="upsert: the key columns; aggregate: the group columns; "
                                                      "kafka: the columns of each record's key.")
     measures: dict[Column, Literal["sum", "count", "min", "max"]] = Field(
@@ -242,7 +92,7 @@ class Sink(_Frozen):
         return schema or "public", table
 
 
-class PipelineConfig(_Frozen):
+class PipelineConfig(Frozen):
     name: Name = Field(description="Unique name of the pipeline in the ledger.")
     source: Source = Field(description="Where the records come from: the `source` table below.")
     sinks: tuple[Sink, ...] = Field(min_length=1, description="Final tables committed together by a checkpoint: "
@@ -280,6 +130,17 @@ class PipelineConfig(_Frozen):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"sink names must be unique, repeated: {duplicates}")
+        return self
+
+    @rule
+    def _progress_topics_apart(self) -> PipelineConfig:
+        """A progress topic holds one publisher's progress: two sinks sharing one would each
+        read the other's as their own (and fence each other's transactions)."""
+        shared = sorted({s.progress_topic for s in self.sinks if s.progress_topic is not None
+                         and [o.progress_topic for o in self.sinks].count(s.progress_topic) > 1})
+        if shared:
+            raise ValueError(f"kafka sinks share progress_topic {shared}: each sink needs a progress topic of "
+                             "its own (leave it unset for exactly_once_progress-PIPELINE-SINK)")
         return self
 
     @rule

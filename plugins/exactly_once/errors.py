@@ -5,7 +5,7 @@ says whether a retry of the same task can succeed (a lost connection, a killed
 executor) or cannot (a wrong configuration, a missing table, a fenced attempt).
 The protocol's refusals are in exactly_once.ledger.refusals; other `Permanent` errors
 stand beside their causes: `ConfigError` (here), `SinkTableError` (ledger/registration.py),
-`DataLossError` and `OffsetsWentBack` (ledger/planning.py), `BadRecords` (spark/staging.py).
+`DataLossError` and `OffsetsWentBack` (ledger/lost_offsets.py), `BadRecords` (spark/staging.py).
 `exactly_once.orchestration.outcomes` turns that into what the orchestrator does.
 """
 

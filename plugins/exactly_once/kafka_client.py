@@ -11,8 +11,10 @@ client that reads without the TLS or SASL the planner used would fail far later)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from exactly_once import tls
 from exactly_once.errors import ConfigError
@@ -35,6 +37,10 @@ CREDENTIALS = ("sasl.username", "sasl.password")
 # What the library sets itself: planning and Spark both read committed records only, and
 # the planner commits no consumer offsets (the ledger holds them).
 OWNED = ("isolation.level", "group.id", "enable.auto.commit")
+# librdkafka's own log lines (`%4|…|GETPID|…`) go to Python logging rather than to stderr,
+# where every command printed them: warnings and above show.
+LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+LIBRDKAFKA_LOG.setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
@@ -65,10 +71,15 @@ class KafkaClient:
         self.spark_options()
         return self
 
-    def planner_config(self) -> dict[str, str]:
+    def librdkafka(self, **settings: Any) -> dict[str, Any]:
+        """The config of a confluent-kafka client of this connection, with `settings`; its log
+        lines go to the `librdkafka` logger."""
+        return {**self.config, "logger": LIBRDKAFKA_LOG, **settings}
+
+    def planner_config(self) -> dict[str, Any]:
         """confluent-kafka's config for the planner's consumer (read_committed, no group offsets)."""
-        return {**self.config, "group.id": "exactly_once.planner", "isolation.level": "read_committed",
-                "enable.auto.commit": False}
+        return self.librdkafka(**{"group.id": "exactly_once.planner", "isolation.level": "read_committed",
+                                  "enable.auto.commit": False})
 
     def spark_options(self) -> dict[str, str]:
         """Spark Kafka source options (`kafka.` + the Java client's setting) of this config."""

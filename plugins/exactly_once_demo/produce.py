@@ -33,8 +33,8 @@ POISON_EVERY = 499      # every 499th order's sku holds a NUL character (one per
 
 def client_config(kafka: str | KafkaClient) -> Mapping[str, str]:
     """The librdkafka config of brokers given as host:port (the tests' plaintext listener) or
-    as the pipeline's Kafka connection."""
-    return {"bootstrap.servers": kafka} if isinstance(kafka, str) else kafka.config
+    as the pipeline's Kafka connection, its log lines to Python logging."""
+    return (KafkaClient.at(kafka) if isinstance(kafka, str) else kafka).librdkafka()
 
 
 def ensure_topic(kafka: str | KafkaClient, topic: str = TOPIC) -> None:

@@ -65,8 +65,9 @@ def run(args: argparse.Namespace) -> dict:
     ledger = Ledger.of_registered(args.pipeline, lambda: psycopg2.connect(os.environ["PIPELINE_DB_URL"]))
     if args.task == "begin":
         with KafkaOffsets(settings.kafka) as kafka:
-            begun = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end, reprocess=args.reprocess)
-        publish_outbox(ledger, settings.kafka)  # what an earlier run left unpublished, as the DAG's begin does
+            # What an earlier run left unpublished is published first, before planning, as the DAG's begin does.
+            begun = begin_checkpoint(ledger, kafka, args.run_id, None, args.interval_end, reprocess=args.reprocess,
+                                     publish_with=settings.kafka)
         return {"checkpoint": begun.checkpoint.id, "state": begun.checkpoint.state.value,
                 "empty": after_begin(begun) is TaskOutcome.SKIP}
     if args.task == "increment":

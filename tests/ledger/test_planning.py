@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exactly_once.ledger.planning import (DataLossError, OffsetRange, OffsetsWentBack, PartitionOffsets, PartitionPlan,
-                                          PartitionState, Reach, cap_plans, layers, plan_checkpoint, start_offset)
+from exactly_once.ledger.lost_offsets import DataLossError, OffsetsWentBack
+from exactly_once.ledger.planning import (OffsetRange, PartitionOffsets, PartitionPlan, PartitionState, Reach, cap_plans,
+                                          layers, plan_checkpoint, start_offset)
 
 
 def r(start, end, partition=0):

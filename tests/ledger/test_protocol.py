@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.migrate import migrate
-from exactly_once.ledger.planning import DataLossError
+from exactly_once.ledger.lost_offsets import DataLossError
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Fenced, NotPreCommitted, NotRunnable, StagedDataChanged
 from exactly_once.ledger.registration import SinkTableError

@@ -24,7 +24,7 @@ from exactly_once.errors import ConfigError
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
-from exactly_once.ledger.planning import OffsetsWentBack
+from exactly_once.ledger.lost_offsets import OffsetsWentBack
 from exactly_once.operate import stalls
 from exactly_once.operate.status import read_status
 from exactly_once.orchestration import tasks

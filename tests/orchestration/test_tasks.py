@@ -14,7 +14,7 @@ from exactly_once.errors import AttemptFailed, ConfigError
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import AttemptState, Outcome, State
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
-from exactly_once.ledger.planning import DataLossError
+from exactly_once.ledger.lost_offsets import DataLossError
 from exactly_once.ledger.refusals import Fenced, NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
 from exactly_once.ledger.registration import SinkTableError
 from exactly_once.orchestration import tasks

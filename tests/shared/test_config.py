@@ -2,7 +2,7 @@
 
 import pytest
 
-from exactly_once.config import load_config
+from exactly_once.config import load_config, load_stored_config
 from exactly_once.errors import ConfigError
 
 VALID = {
@@ -44,6 +44,9 @@ def test_a_valid_config_loads_with_defaults():
     ({"source": {"topics": [], "value_schema": {"a": "int"}}}, "source.topics: Tuple should have at least 1 item"),
     ({"source": {"topics": ["t"], "value_schema": {"a": "int"}, "start": "yesterday"}}, "source.start"),
     ({"surprise": 1}, "surprise: Extra inputs are not permitted (got 1)"),
+    ({"sinks": [{"name": n, "table": f"demo.{n}", "mode": "kafka", "topic": n, "keys": ["sku"],
+                 "progress_topic": "progress"} for n in ("a", "b")]},
+     "kafka sinks share progress_topic ['progress']: each sink needs a progress topic of its own"),
 ])
 def test_invalid_values_name_the_field_and_the_value(changes, message):
     with pytest.raises(ConfigError) as error:
@@ -62,3 +65,15 @@ def test_a_value_type_that_is_not_exactly_one_spark_type_is_refused():
     # a valid type is kept as written
     source["value_schema"]["qty"] = "DECIMAL(12, 2)"
     assert load_config(with_changes(source=source)).source.value_schema["qty"] == "DECIMAL(12, 2)"
+
+
+def test_a_stored_version_is_loaded_without_the_rules_of_this_release():
+    """Issue 60, item 1: a version the ledger recorded is the contract it ran under; a rule
+    added since (several topics need an upsert's order_by) does not refuse it."""
+    older = with_changes(source={"topics": ["a", "b"], "value_schema": {"sku": "string", "qty": "int"}},
+                         sinks=[{"name": "last", "table": "demo.last", "mode": "upsert", "keys": ["sku"]}])
+    with pytest.raises(ConfigError, match="sinks.0.order_by: sink 'last' is an upsert sink ordered by offset"):
+        load_config(older)
+    assert load_stored_config(older).sink("last").order_by is None
+    with pytest.raises(ConfigError, match="sinks.0.mode: unknown sink mode"):  # what it cannot run is refused
+        load_stored_config(with_changes(sinks=[{"name": "x", "table": "demo.x", "mode": "merge"}]))

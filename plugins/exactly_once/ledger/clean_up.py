@@ -22,13 +22,13 @@ from exactly_once.ledger.tables import staging_tables
 from exactly_once.sqlfiles import named
 
 if TYPE_CHECKING:
-    from exactly_once.ledger.protocol import Ledger
+    from exactly_once.ledger.access import LedgerAccess
 
 log = logging.getLogger(__name__)
 Q = named("ledger.sql")
 
 
-def clean_up(ledger: Ledger, checkpoint_id: int, config: PipelineConfig) -> None:
+def clean_up(ledger: LedgerAccess, checkpoint_id: int, config: PipelineConfig) -> None:
     """Deletes a committed checkpoint's staging rows (those of `config`'s sinks). The
     checkpoint is committed whatever happens here, so a failure is logged, not raised:
     a retried commit or the next recovery deletes the rows."""

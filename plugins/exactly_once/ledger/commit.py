@@ -24,13 +24,13 @@ from exactly_once.ledger.refusals import NotPreCommitted, PromotionRefused, Stag
 from exactly_once.ledger.tables import DEAD_LETTERS
 
 if TYPE_CHECKING:
-    from exactly_once.ledger.protocol import Ledger
+    from exactly_once.ledger.access import LedgerAccess
     from exactly_once.ledger.rows import LedgerRows
 
 log = logging.getLogger(__name__)
 
 
-def commit(ledger: Ledger, checkpoint_id: int, try_started: datetime | None = None) -> Outcome:
+def commit(ledger: LedgerAccess, checkpoint_id: int, try_started: datetime | None = None) -> Outcome:
     """Phase two, in one transaction: promote every sink's staged rows, record the
     committed ranges, mark the checkpoint committed, by the rules of the configuration
     version its attempt ran with. Idempotent. Its staging rows are deleted after that
@@ -91,7 +91,7 @@ def commit(ledger: Ledger, checkpoint_id: int, try_started: datetime | None = No
     raise StagedDataChanged(f"checkpoint {checkpoint_id} not committed: {reason}; it is planned again "
                             "and will be run again from its frozen ranges")
 
-def _stall_over_budget(ledger: Ledger, rows: LedgerRows, checkpoint: Checkpoint) -> Checkpoint | None:
+def _stall_over_budget(ledger: LedgerAccess, rows: LedgerRows, checkpoint: Checkpoint) -> Checkpoint | None:
     """Stalls a pre-committed checkpoint whose dead letters exceed the pipeline's budget
     (exactly_once.dead_letter_budget), its pre-commit kept; the stalled checkpoint, or None
     when it is within the budget or already stalled: an operator who clears a stalled commit
@@ -108,7 +108,7 @@ def _stall_over_budget(ledger: Ledger, rows: LedgerRows, checkpoint: Checkpoint)
     return replace(checkpoint, state=State.STALLED, reason=reason)
 
 
-def _send_back(ledger: Ledger, checkpoint_id: int, attempt: int, reason: str, config: PipelineConfig,
+def _send_back(ledger: LedgerAccess, checkpoint_id: int, attempt: int, reason: str, config: PipelineConfig,
                failed: bool = False) -> None:
     """`failed`: the attempt counts as failed (for `stalls`), not merely superseded.
     `config`: the attempt's, whose staging tables hold its rows."""
@@ -125,7 +125,7 @@ def _send_back(ledger: Ledger, checkpoint_id: int, attempt: int, reason: str, co
 
 
 
-def _record_failure(ledger: Ledger, checkpoint_id: int, error: psycopg2.Error) -> None:
+def _record_failure(ledger: LedgerAccess, checkpoint_id: int, error: psycopg2.Error) -> None:
     """Records a commit that failed for a reason that is no record's (a permission, a column
     gone, a timeout, a clash in the ledger's tables); raises `Stalled` if that stalls the
     checkpoint (`checkpoints.commit_stalls`), its pre-commit kept; else returns, and the

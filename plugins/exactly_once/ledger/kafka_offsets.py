@@ -96,7 +96,7 @@ class KafkaOffsets:
         under its id); None when the brokers give none (older than Kafka 2.8)."""
         if topic not in self._ids:
             if self._admin is None:
-                self._admin = AdminClient({**self._client.config, "error_cb": self._on_error})
+                self._admin = AdminClient(self._client.librdkafka(error_cb=self._on_error))
             admin = self._admin
             described = self._ask(lambda timeout: admin.describe_topics(
                 TopicCollection([topic]), request_timeout=timeout)[topic].result())

@@ -23,14 +23,14 @@ import psycopg2
 from exactly_once.ledger.checkpoints import AttemptState, Outcome, State
 
 if TYPE_CHECKING:
-    from exactly_once.ledger.protocol import Ledger
+    from exactly_once.ledger.access import LedgerAccess
 
 log = logging.getLogger(__name__)
 LEASE_EXPIRED = "lease expired"  # how a reason given by a lease's expiry begins
 
 
 @contextmanager
-def heartbeat(ledger: Ledger, checkpoint_id: int, attempt: int) -> Iterator[None]:
+def heartbeat(ledger: LedgerAccess, checkpoint_id: int, attempt: int) -> Iterator[None]:
     """Renews the running attempt's lease every third of it while the block runs. A renewal
     that fails is tried again at the next beat; the lease is the safety net."""
     stop = threading.Event()
@@ -55,7 +55,7 @@ def heartbeat(ledger: Ledger, checkpoint_id: int, attempt: int) -> Iterator[None
         beating.join()
 
 
-def expire(ledger: Ledger, checkpoint_id: int, now: datetime) -> Outcome:
+def expire(ledger: LedgerAccess, checkpoint_id: int, now: datetime) -> Outcome:
     """A checkpoint whose lease ran out: aborted, its ranges to the next plan; stalled
     instead when lease expiries aborted `stall_after` - 1 checkpoints holding its offsets
     before. UNCHANGED if it was renewed or resolved since recovery found it."""

@@ -51,7 +51,8 @@ FAMILIES = {  # name: (type, help)
                                        "aborted, running (an attempt changes state as it ends)."),
     "exactly_once_dead_letters": ("gauge", "Committed dead letters the ledger holds, by class of reason (a "
                                            "reprocessing replaces those of the checkpoint it replays)."),
-    "exactly_once_stalled": ("gauge", "1 while a checkpoint of the pipeline is stalled (promise 9), else 0."),
+    "exactly_once_stalled": ("gauge", "1 while a checkpoint of the pipeline is stalled (promise 9), or its runs or a "
+                                      "kafka sink's publishing are refused for good (issue 60), else 0."),
     "exactly_once_dead_letter_budget_exceeded": ("gauge", "1 while a checkpoint is stalled on the dead-letter "
                                                           "budget, else 0."),
     "exactly_once_open_checkpoints": ("gauge", "Checkpoints not committed or aborted yet, by state."),
@@ -109,7 +110,8 @@ def _statuses(conn, kafka: KafkaClient | None, names: list[str], now: datetime):
 
 def _status_samples(status: PipelineStatus, freshness: dict[tuple[str, int], float]) -> list[Sample]:
     pipeline = (("pipeline", status.name),)
-    samples = [Sample("exactly_once_stalled", pipeline, 1 if status.stalls else 0),
+    loud = status.stalls or any(r.loud for r in status.refusals)  # a refusal with no checkpoint is a stall too
+    samples = [Sample("exactly_once_stalled", pipeline, 1 if loud else 0),
                Sample("exactly_once_dead_letter_budget_exceeded", pipeline,
                       1 if any((s.last_error or "").startswith(BREACH) for s in status.stalls) else 0)]
     for p in status.lag:

@@ -130,7 +130,8 @@ def _overview(conn, status: PipelineStatus, dag_id: str | None, dead_letters: in
                        for t, p, o, reason, cp, at, value, size in cur.fetchall())
     conn.rollback()  # read-only: end the transaction the reads began
     stalls = tuple(replace(s, last_error=shown_error(s.last_error or "")) for s in status.stalls)
-    return PipelineOverview(replace(status, stalls=stalls), dag_id, reasons, newest, lag_unknown)
+    refusals = tuple(replace(r, error=shown_error(r.error)) for r in status.refusals)
+    return PipelineOverview(replace(status, stalls=stalls, refusals=refusals), dag_id, reasons, newest, lag_unknown)
 
 
 def shown_error(text: str) -> str:

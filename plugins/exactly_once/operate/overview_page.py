@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from exactly_once.ledger.planning import describe_ranges
 from exactly_once.operate.overview import PipelineOverview
-from exactly_once.operate.status import CheckpointSummary, duration, render_stall, render_went_back
+from exactly_once.operate.status import CheckpointSummary, duration, render_refusal, render_stall, render_went_back
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 16px; color: #1a202c; background: #fff; }
@@ -44,6 +44,8 @@ def _pipeline(o: PipelineOverview, ui_root: str) -> str:
         f'<div class="none">DAG: {escape(o.dag_id or "not known yet")}</div>',
         *(f'<pre data-field="stall">{escape(render_stall(s.name, stall))}</pre>' for stall in s.stalls),
         *(f'<pre data-field="stall">{escape(render_went_back(s.name, p))}</pre>' for p in s.lag if p.went_back),
+        *(f'<pre data-field="{"stall" if r.loud else "refusal"}">{escape(render_refusal(s.name, r))}</pre>'
+          for r in s.refusals),
         "<h3>Last committed checkpoint</h3>",
         ('<p class="none">none yet</p>' if last is None else
          f'<p>checkpoint <span data-field="last-commit-id">{run(last.id, last.dag_run_id)}</span>: '

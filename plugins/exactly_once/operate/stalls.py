@@ -19,6 +19,12 @@
         why: the topic's id is not the one recorded, or the log ends before what was
         planned; --force resets it all the same (the reason says why)
 
+    python -m exactly_once.operate.stalls dead-letter-output PIPELINE SINK --reason WHY
+        the output record Kafka refuses to take for a kafka sink (status names it: larger than
+        the topic's max.message.bytes, an invalid record) moves from the outbox to the outbox's
+        dead letters (exactly_once.outbox_dead_letters) with Kafka's error and WHY; the sink's
+        publishing goes on after it at the next publish (a run's begin or publish task)
+
 Committed offsets cannot be dead-lettered (they counted already), nor offsets of a
 checkpoint that is running or pre-committed (wait for it, or let it fail). A partition
 cannot be reset while a checkpoint holds some of it, nor for an upsert sink without
@@ -40,8 +46,11 @@ from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.migrate import migrate_through
 from exactly_once.ledger.planning import OffsetRange, OffsetSource, replaced
 from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger import run_refusals
 from exactly_once.ledger.rows import LedgerRows, pipeline_of
+from exactly_once.publishing.publisher import lock_sink
 from exactly_once.sinks.upsert import by_offset
+from exactly_once.sqlfiles import named
 
 _RANGE = re.compile(r"^(?P<topic>[^\[\]]+)\[(?P<partition>\d+)\]@(?P<start>\d+)\.\.(?P<end>\d+)$")
 
@@ -136,6 +145,31 @@ def reset_partition(ledger: Ledger, topic: str, partition: int, to_offset: int, 
     return label
 
 
+def dead_letter_output(connect: Callable, pipeline: str, sink: str, reason: str) -> tuple[int, int]:
+    """Moves the outbox row Kafka refuses for the sink (its recorded refusal names it) to the
+    outbox's dead letters with Kafka's error and the reason, recorded as `dead_letter_output`,
+    and clears the refusal, in one transaction under the sink's lock (no publisher records or
+    prunes meanwhile); returns the row's (checkpoint, position). Refused when Kafka refuses no
+    row of the sink."""
+    q, kind = named("refusals.sql"), run_refusals.publishing(sink)
+    with closing(connect()) as conn, conn, conn.cursor() as cur:
+        lock_sink(cur, pipeline, sink)
+        cur.execute(q["refused_row"], {"pipeline": pipeline, "sink": sink, "kind": kind})
+        found = cur.fetchone()
+        if found is None:
+            raise ConfigError(f"pipeline {pipeline!r} sink {sink!r}: Kafka refuses no outbox row of it (status names "
+                              "the row when it does): nothing to dead-letter")
+        error, topic, checkpoint_id, position = found
+        cur.execute(q["dead_letter_output"], {"pipeline": pipeline, "sink": sink, "checkpoint_id": checkpoint_id,
+                                              "position": position, "topic": topic, "error": error, "reason": reason})
+        cur.execute(q["record_output_action"], {
+            "pipeline": pipeline, "checkpoint_id": checkpoint_id,
+            "what": f"sink {sink}: outbox row checkpoint {checkpoint_id} row {position}, refused by Kafka for topic "
+                    f"{topic}, moved to the outbox's dead letters: {reason}"})
+        cur.execute(q["clear"], {"pipeline": pipeline, "kind": kind})
+    return checkpoint_id, position
+
+
 def _release(ledger: Ledger, act: Callable[[LedgerRows], list[int]], reason: str) -> tuple[int, ...]:
     """The operator's action and the release of the open checkpoints it names, in one
     transaction: their ranges go, exactly, to the next run's plan."""
@@ -155,6 +189,11 @@ def main() -> None:
     dead.add_argument("pipeline")
     dead.add_argument("range", help="TOPIC[PARTITION]@FROM..TO, TO excluded")
     dead.add_argument("--reason", required=True, help="why (kept with each dead letter)")
+    output = commands.add_parser("dead-letter-output",
+                                 help="move the output record Kafka refuses for a kafka sink to the outbox's dead letters")
+    output.add_argument("pipeline")
+    output.add_argument("sink")
+    output.add_argument("--reason", required=True, help="why (kept with the dead letter)")
     reset = commands.add_parser("reset-partition", help="read a partition whose offsets went backwards again")
     reset.add_argument("pipeline")
     reset.add_argument("partition", help="TOPIC[PARTITION]")
@@ -170,6 +209,12 @@ def main() -> None:
             with closing(connect()) as conn, conn, conn.cursor() as cur:
                 pipeline = pipeline_of(cur, args.checkpoint_id)
             released = retry(Ledger.of_registered(pipeline, connect), args.checkpoint_id)
+        elif args.command == "dead-letter-output":
+            checkpoint_id, position = dead_letter_output(connect, args.pipeline, args.sink, args.reason)
+            print(f"recorded; checkpoint {checkpoint_id} row {position} of sink {args.sink} is in the outbox's dead "
+                  "letters; the sink's publishing goes on at the next publish (a run's begin or publish task, or "
+                  f"`python -m exactly_once publish {args.pipeline}`)")
+            return
         elif args.command == "dead-letter":
             released = dead_letter(Ledger.of_registered(args.pipeline, connect), parse_range(args.range),
                                    args.reason)

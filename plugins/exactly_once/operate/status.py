@@ -20,8 +20,10 @@ from datetime import datetime, timedelta
 
 from exactly_once import connections
 from exactly_once.dead_letter_budget import BREACH
+from exactly_once.ledger import run_refusals
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import OffsetRange, describe_ranges, replaced
+from exactly_once.ledger.run_refusals import Refusal
 from exactly_once.publishing import publisher
 from exactly_once.sqlfiles import named
 
@@ -68,7 +70,7 @@ class PartitionLag:
     def went_back(self) -> bool:
         """The log ends before offsets already committed, or is another topic's (its id is not
         the one recorded: the topic created again, another cluster): the planner refuses to go
-        on (planning.OffsetsWentBack)."""
+        on (lost_offsets.OffsetsWentBack)."""
         return self.last_stable < self.committed_end or replaced(self.recorded_id, self.topic_id)
 
 
@@ -122,11 +124,14 @@ class PipelineStatus:
     gaps: tuple[Gap, ...]
     history: tuple[CheckpointSummary, ...]
     backlog: tuple[Backlog, ...] = ()
+    refusals: tuple[Refusal, ...] = ()  # runs refused at begin, kafka sinks' publishing refused
 
     @property
     def stopped(self) -> bool:
-        """No run goes on: a checkpoint is stalled, or a partition's offsets went backwards."""
-        return bool(self.stalls) or any(p.went_back for p in self.lag)
+        """No run goes on (or a kafka sink's publishing does not): a checkpoint is stalled, a
+        partition's offsets went backwards, or runs or publishing are refused again and again
+        or for a reason no retry fixes."""
+        return bool(self.stalls) or any(p.went_back for p in self.lag) or any(r.loud for r in self.refusals)
 
 
 def ledger_reader():
@@ -136,9 +141,17 @@ def ledger_reader():
 
 
 def pipelines(conn) -> list[str]:
+    """The registered pipelines, and those whose first runs were refused before registration."""
     with conn.cursor() as cur:
-        cur.execute(Q["pipelines"])
+        cur.execute(Q["pipelines_and_refused" if has_refusals(conn) else "pipelines"])
         return [name for name, in cur.fetchall()]
+
+
+def has_refusals(conn) -> bool:
+    """Whether the ledger records refusals (migration 0021): status may read a ledger not migrated yet."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_catalog.to_regclass('exactly_once.refusals') IS NOT NULL")
+        return cur.fetchone()[0]
 
 
 def read_status(conn, kafka: KafkaOffsets | None, pipeline: str, history: int = 10) -> PipelineStatus:
@@ -156,12 +169,13 @@ def read_status(conn, kafka: KafkaOffsets | None, pipeline: str, history: int = 
                        for cp, run, ranges, failed, since, error, at_commit in cur.fetchall())
         cur.execute(Q["outbox_backlog"], where)
         backlog = tuple(_backlog(cur, pipeline, *row) for row in cur.fetchall())
+        refusals = run_refusals.read(cur, pipeline) if has_refusals(conn) else ()
     lag = () if kafka is None else tuple(PartitionLag(t, p, end, now.last_stable, recorded_id, now.topic_id)
                                          for t, p, end, recorded_id in ends
                                          for now in [kafka.offsets(t, p, None, None)])
     return PipelineStatus(pipeline, stalls, None if last is None else LastCommit(*last), lag,
                           _checkpoints(conn, pipeline, open_only=True, limit=None), gaps,
-                          _checkpoints(conn, pipeline, open_only=False, limit=history), backlog)
+                          _checkpoints(conn, pipeline, open_only=False, limit=history), backlog, refusals)
 
 
 def _checkpoints(conn, pipeline: str, open_only: bool, limit: int | None) -> tuple[CheckpointSummary, ...]:
@@ -216,6 +230,31 @@ def render_stall(pipeline: str, stall: Stall) -> str:
             f"  way out: {way_out}")
 
 
+def render_refusal(pipeline: str, refusal: Refusal) -> str:
+    """A refusal of the pipeline's runs or of a sink's publishing: STALLED once it is loud."""
+    since = (f"since {_when(refusal.first_at)}, {refusal.count} time(s), last at {_when(refusal.last_at)}"
+             + ("" if refusal.loud else f"; a retry may pass: loud after {run_refusals.REPEATS} in a row"))
+    if refusal.sink is None:
+        what = f"runs refused at begin {since}; no checkpoint is planned"
+        way_out = ("fix the cause (the configuration, a table, a topic, a connection); the next begin that "
+                   "succeeds clears this")
+    else:
+        what = f"publishing of kafka sink {refusal.sink} (topic {refusal.topic}) refused {since}"
+        if refusal.checkpoint_id is not None:
+            what += (f"; Kafka refuses checkpoint {refusal.checkpoint_id} row {refusal.position}, and the sink's "
+                     "later rows wait behind it (runs go on while its outbox is within its bound)")
+            way_out = ("fix the cause (e.g. raise the topic's max.message.bytes) and publish again (`python -m "
+                       f"exactly_once publish {pipeline}`, or the next run), or move the row to the outbox's dead "
+                       f"letters: `python -m exactly_once.operate.stalls dead-letter-output {pipeline} "
+                       f"{refusal.sink} --reason WHY`")
+        else:
+            way_out = ("fix the cause (the topic, the publisher's rights) and publish again (`python -m exactly_once "
+                       f"publish {pipeline}`, or the next run)")
+    return (f"{'STALLED' if refusal.loud else 'REFUSED'}: {what}\n"
+            f"  last error: {refusal.error}\n"
+            f"  way out: {way_out}")
+
+
 def render_went_back(pipeline: str, lag: PartitionLag) -> str:
     created_again = (f" of another topic: its id was {lag.recorded_id}, now {lag.topic_id} (created again)"
                      if replaced(lag.recorded_id, lag.topic_id) else "")
@@ -253,6 +292,7 @@ def render(status: PipelineStatus) -> str:
     parts = [f"pipeline {status.name}" + (" — STALLED" if status.stopped else ""),
              *(render_stall(status.name, stall) for stall in status.stalls),
              *(render_went_back(status.name, p) for p in status.lag if p.went_back),
+             *(render_refusal(status.name, r) for r in status.refusals),
              "last committed checkpoint: " + ("none" if last is None else
                                               f"{last.id} ({last.records} records, interval end "
                                               f"{_when(last.interval_end)}, committed {_when(last.committed_at)})"),

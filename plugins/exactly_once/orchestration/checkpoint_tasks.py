@@ -22,6 +22,7 @@ from exactly_once.config import PipelineConfig
 from exactly_once.connections import (KAFKA, PIPELINE_DB, PIPELINE_DB_JOB, SPARK, connection_problems, connector,
                                       defined_connector, kafka_client, pipeline_db_location, schema_registry_problems)
 from exactly_once.errors import ConfigError
+from exactly_once.ledger import run_refusals
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import Reach
 from exactly_once.ledger.protocol import Ledger
@@ -113,7 +114,8 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
     increment's tries must reach the pipeline's `stall_after`, or a failure that persists
     would end each run without stalling its checkpoint; a try that runs longer than
     `increment_timeout` is stopped and counts as failed. A pipeline with kafka sinks publishes
-    its committed outbox after the commit, and its begin publishes what earlier runs left. `spark_conn_id`: the Spark
+    its committed outbox after the commit, and its begin publishes what earlier runs left
+    before it plans (a publish that fails orphans no checkpoint: `tasks.publish_first`). `spark_conn_id`: the Spark
     connection its jobs run on (exactly_once.spark.runners). `alerts`: the notifier each
     task calls, once per event, when the pipeline stalls or its records wait too long
     (exactly_once.orchestration.alerting). Declares the DAG's `reprocess` parameter, so the
@@ -130,16 +132,19 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
             problems = connection_problems((PIPELINE_DB, PIPELINE_DB_JOB, KAFKA, spark_conn_id))
             problems += schema_registry_problems(config.source)
             if problems:
-                raise PreflightFailed(config.name, problems)
-            with KafkaOffsets(kafka_client()) as kafka:
+                refused = PreflightFailed(config.name, problems)
+                # Recorded where status looks, if the pipeline database can be reached (else only logged).
+                run_refusals.record(lambda: ledger(config).connect(), config.name, run_refusals.BEGIN, refused)
+                raise refused
+            with KafkaOffsets(kafka_client()) as kafka:  # publishes what earlier runs left, then plans
                 begun = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
                                                context.get("data_interval_start"),
                                                context.get("data_interval_end"),
                                                reach_of(context["dag_run"].run_type),
                                                reprocess=bool(context["params"].get(REPROCESS)),
-                                               connect_as=defined_connector)
+                                               connect_as=defined_connector,
+                                               publish_with=kafka_client() if kafka_sinks(config) else None)
             overview.record_dag(connector(), config.name, context["dag"].dag_id)  # the view's links to runs
-            tasks.publish_outbox(ledger(config), kafka_client())  # what an earlier run left unpublished
         return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 
     @task(task_id="commit", retries=commit_retries, retry_delay=timedelta(seconds=5),

@@ -19,9 +19,9 @@ from datetime import datetime
 
 from exactly_once import faults
 from exactly_once.config import PipelineConfig
-from exactly_once.errors import AttemptFailed, JobFailure, PipelineError, is_retryable
+from exactly_once.errors import AttemptFailed, JobFailure, Permanent, PipelineError, is_retryable
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger import replays
+from exactly_once.ledger import replays, run_refusals
 from exactly_once.ledger.checkpoints import Begun, Outcome, State
 from exactly_once.ledger.holders import holders
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
@@ -33,23 +33,71 @@ from exactly_once.ledger.refusals import Fenced, NotRunnable, Stalled
 from exactly_once.ledger.versions import config_version
 from exactly_once.operate import preflight, privileges
 from exactly_once.operate.privileges import ConnectAs
-from exactly_once.publishing.publisher import Published, Publisher
+from exactly_once.publishing.publisher import Published, Publisher, fenced
+from exactly_once.sqlfiles import named
 from exactly_once.spark.report import AttemptReport
 from exactly_once.spark.settings import private_file
 
 log = logging.getLogger(__name__)
 
+# Records a kafka sink's outbox may hold unpublished while its publishing fails and runs still
+# take new records (issue 60, item 3); beyond it a begin refuses to plan (OutboxFull).
+OUTBOX_BOUND = 1_000_000
+
+
+class OutboxFull(Permanent):
+    """A kafka sink's publishing fails and its outbox holds more than the bound: no new
+    checkpoint is planned until it is published."""
+
 
 def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
                      end: datetime | None, reach: Reach = Reach.BACKLOG, reprocess: bool = False,
-                     connect_as: ConnectAs | None = None) -> Begun:
-    """Migrates the ledger, refuses to go on while another checkpoint is stalled (promise 9:
-    that comes first), runs the preflight (with the rights of each pipeline database
-    connection `connect_as` opens), recovers, and begins (or finds again) the run's
-    checkpoint; says in the log what it planned or, for an empty interval, who holds its
-    records. With `reprocess`, a run whose checkpoint is committed begins a reprocessing of
-    it (promise 10) instead of changing nothing."""
+                     connect_as: ConnectAs | None = None, publish_with: KafkaClient | None = None,
+                     outbox_bound: int = OUTBOX_BOUND) -> Begun:
+    """Migrates the ledger; with `publish_with` (the DAG's begin), publishes what earlier runs
+    committed and Kafka does not have yet, before anything is planned (`publish_first`); refuses
+    to go on while another checkpoint is stalled (promise 9: that comes first), runs the
+    preflight (with the rights of each pipeline database connection `connect_as` opens),
+    recovers, and begins (or finds again) the run's checkpoint; says in the log what it
+    planned or, for an empty interval, who holds its records. With `reprocess`, a run whose
+    checkpoint is committed begins a reprocessing of it (promise 10) instead of changing
+    nothing. A failure before the checkpoint is begun (but a stall, loud already) is recorded
+    as a refusal of the pipeline's runs (exactly_once.ledger.run_refusals: status, the view and
+    the metrics show it); a begin that succeeds clears it."""
     migrate_through(ledger.connect)
+    with run_refusals.recording(ledger.connect, ledger.config.name, run_refusals.BEGIN, unless=(Stalled,)):
+        if publish_with is not None:
+            publish_first(ledger, publish_with, outbox_bound)
+        return _begin_checkpoint(ledger, kafka, run_id, start, end, reach, reprocess, connect_as)
+
+
+def publish_first(ledger: Ledger, client: KafkaClient, bound: int = OUTBOX_BOUND) -> None:
+    """What the pipeline's kafka sinks committed, published before a run plans: a publish that
+    fails orphans no checkpoint. Its failure (recorded by the publisher as a refusal of the
+    sink's publishing: loud) does not stop the run while every sink's outbox holds at most
+    `bound` records; beyond it, `OutboxFull`. A publisher fenced by another one publishing
+    the sink at the same time (a parallel run) is no failure."""
+    try:
+        publish_outbox(ledger, client)
+    except Exception as failure:
+        if fenced(failure):
+            log.info("pipeline %s: another publisher of its kafka sinks is publishing (%s)", ledger.config.name,
+                     failure)
+            return
+        with closing(ledger.connect()) as conn, conn, conn.cursor() as cur:
+            cur.execute(named("refusals.sql")["outbox_over"], {"pipeline": ledger.config.name, "bound": bound})
+            over = cur.fetchall()
+        if over:
+            raise OutboxFull(f"pipeline {ledger.config.name}: no new checkpoint while the outbox of kafka sink(s) "
+                             + ", ".join(f"{sink} ({records} records)" for sink, records in over)
+                             + f" holds more than {bound} records not published; publishing fails: {failure}") \
+                from failure
+        log.warning("pipeline %s: publishing failed, the run goes on (each sink's outbox holds at most %s "
+                    "records): %s", ledger.config.name, bound, failure)
+
+
+def _begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: datetime | None,
+                      end: datetime | None, reach: Reach, reprocess: bool, connect_as: ConnectAs | None) -> Begun:
     ledger.refuse_if_stalled(run_id)
     if connect_as is not None:
         privileges.require(ledger.config, connect_as)

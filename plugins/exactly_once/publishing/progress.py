@@ -151,7 +151,7 @@ def read(client: KafkaClient, topic: str, key: str, timeout: float = 30) -> Prog
 def ensure_topic(client: KafkaClient, topic: str) -> None:
     """The progress topic, created compacted with one partition if missing (the broker's
     default replication); rolled hourly so that compaction keeps it small."""
-    admin = AdminClient(client.config)
+    admin = AdminClient(client.librdkafka())
     if topic in admin.list_topics(timeout=30).topics:
         return
     new = NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact", "segment.ms": "3600000"})

@@ -11,6 +11,17 @@ carries its own progress, so a publisher that dies, is fenced, or is too slow (t
 aborts its transaction) leaves Kafka without those records and without their progress:
 the next publisher publishes them once. Records are keyed by the sink's keys and
 partitioned by the key's murmur2 hash, as Java clients partition.
+
+A record Kafka refuses (larger than the topic's `max.message.bytes`, an invalid record:
+`ROW_REFUSALS`) aborts its transaction; the batch is published again in halves, each a
+transaction of its own, down to the one row Kafka refuses alone: the rows before it are
+published, and the sink's publishing stops at it (`OutputRefused`, recorded in
+`exactly_once.refusals` until a publish passes; the way out is `stalls dead-letter-output`).
+A refusal of the topic itself (`SINK_REFUSALS`: an ACL, a topic gone) blames no row. Any
+other error (a broker blip, a timeout) is raised as it is: a retry may pass, and nothing is
+ever dead-lettered for it. Publishers of one sink read and record the database's progress
+under a lock of the sink (`lock_sink`): one never reads Kafka's progress, then finds its row
+pruned by another that recorded it meanwhile.
 """
 
 from __future__ import annotations
@@ -20,18 +31,75 @@ from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from exactly_once import faults
 from exactly_once.config import PipelineConfig, Sink
-from exactly_once.errors import ConfigError
+from exactly_once.errors import ConfigError, Permanent, is_retryable
 from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger import run_refusals
+from exactly_once.ledger.run_refusals import OutputRow
 from exactly_once.publishing import progress
 from exactly_once.publishing.progress import NEVER, Hold, Progress
 from exactly_once.sqlfiles import named
 
 CHECKPOINT_HEADER = "exactly_once.checkpoint"
 REPLACES_HEADER = "exactly_once.replaces"
+
+# Kafka's refusals of a record itself: the same record is refused again, whatever the retry.
+ROW_REFUSALS = frozenset(getattr(KafkaError, name) for name in (
+    "MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD", "INVALID_MSG") if hasattr(KafkaError, name))
+# Refusals of the sink's topic or of the publisher: no row is at fault, every one would be refused.
+SINK_REFUSALS = frozenset(getattr(KafkaError, name) for name in (
+    "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "POLICY_VIOLATION") if hasattr(KafkaError, name))
+# Another publisher of the sink took over (init_transactions fenced this one): not a refusal.
+FENCED = frozenset(getattr(KafkaError, name) for name in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
+                   if hasattr(KafkaError, name))
+
+
+class OutputRefused(Permanent):
+    """Kafka refuses an output record of a kafka sink (`row`), or the sink's topic (`row` None),
+    for a reason no retry fixes: the sink's publishing stops there, loudly, until a person acts."""
+
+    def __init__(self, pipeline: str, sink: str, topic: str, error: KafkaError, row: OutputRow | None):
+        self.pipeline, self.sink, self.topic, self.error, self.row = pipeline, sink, topic, error, row
+        what = f"the outbox row {row}" if row is not None else "the sink's records"
+        way_out = (f"raise the topic's limit (or fix the cause) and publish again, or move the row to the outbox's "
+                   f"dead letters: `python -m exactly_once.operate.stalls dead-letter-output {pipeline} {sink} "
+                   f"--reason WHY`" if row is not None else
+                   "fix the topic or the publisher's rights, then publish again (a run's begin or publish task, "
+                   f"or `python -m exactly_once publish {pipeline}`)")
+        super().__init__(f"pipeline {pipeline} sink {sink}: Kafka refuses {what} for topic {topic}: "
+                         f"{error.name()} ({error.str()}); the sink's publishing stops there (what comes before it "
+                         f"is published); {way_out}")
+
+
+class _Refused(Exception):
+    """A transaction Kafka refused for a refusal of ROW_REFUSALS or SINK_REFUSALS (internal)."""
+
+    def __init__(self, error: KafkaError, first: int):
+        super().__init__(error)
+        self.error, self.first = error, first  # the first row refused, by its index in the transaction
+
+
+def kafka_error(error: BaseException) -> KafkaError | None:
+    return error.args[0] if isinstance(error, KafkaException) and error.args and \
+        isinstance(error.args[0], KafkaError) else None
+
+
+def fenced(error: BaseException) -> bool:
+    """Another publisher of the sink fenced this one: it goes on publishing."""
+    found = kafka_error(error)
+    return found is not None and (found.code() in FENCED or found.fatal() and "fenced" in found.str().lower())
+
+
+def lock_sink(cur, pipeline: str, sink: str) -> None:
+    """The sink's lock for the rest of the transaction: reading and recording the database's
+    progress, and pruning or dead-lettering outbox rows, one publisher (or operator) at a time."""
+    cur.execute("SET LOCAL lock_timeout = '60s'")
+    cur.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(%s, 0))",
+                (f"exactly_once:publish:{pipeline}:{sink}",))
 
 
 def kafka_sinks(config: PipelineConfig) -> list[Sink]:
@@ -68,43 +136,138 @@ class Publisher:
         self.batch_rows, self.transaction_timeout_ms = batch_rows, transaction_timeout_ms
 
     def publish(self) -> list[Published]:
-        return [self.publish_sink(sink) for sink in kafka_sinks(self.config)]
+        """Every kafka sink, each on its own: one whose publishing fails holds up no other;
+        the first failure is raised once all were tried."""
+        published, failures = [], []
+        for sink in kafka_sinks(self.config):
+            try:
+                published.append(self.publish_sink(sink))
+            except Exception as failure:
+                failures.append(failure)
+        if failures:
+            raise failures[0]
+        return published
 
     def publish_sink(self, sink: Sink) -> Published:
+        """The sink's rows, published; a failure recorded as a refusal of its publishing (but
+        a publisher fenced by another), a success clearing it."""
+        kind = run_refusals.publishing(sink.name)
+        try:
+            published = self._publish_sink(sink)
+        except OutputRefused as refused:
+            run_refusals.record(self.connect, self.config.name, kind, refused, row=refused.row, topic=refused.topic)
+            raise
+        except Exception as failure:
+            if not fenced(failure):
+                found = kafka_error(failure)
+                retryable = is_retryable(failure) if found is None else not found.fatal() or found.retriable()
+                run_refusals.record(self.connect, self.config.name, kind, failure,
+                                    retryable=retryable and not isinstance(failure, Permanent), topic=sink.topic)
+            raise
+        run_refusals.clear(self.connect, self.config.name, kind)
+        return published
+
+    def _publish_sink(self, sink: Sink) -> Published:
         shard, progress_at = transactional_id(self.config, sink), progress_topic(self.config, sink)
         progress.ensure_topic(self.client, progress_at)
-        producer = Producer({**self.client.config, "transactional.id": shard, "partitioner": "murmur2_random",
-                             "transaction.timeout.ms": self.transaction_timeout_ms, "linger.ms": 5})
-        self._check_topic(producer, sink)
-        producer.init_transactions(60)
+        producer = self._producer(sink, shard)
         faults.point("publish.after_init")
         with closing(self.connect()) as reader, closing(self.connect()) as writer:
             at = self._reconcile(writer, sink, shard, progress.read(self.client, progress_at, shard))
-            records = transactions = 0
-            for rows in self._batches(reader, sink, at):
-                producer.begin_transaction()
-                try:
-                    for checkpoint_id, position, epoch, replaces, key, value, _ in rows:
-                        headers = [(CHECKPOINT_HEADER, str(checkpoint_id))]
-                        if replaces is not None:
-                            headers.append((REPLACES_HEADER, str(replaces)))
-                        self._produce(producer, sink.topic, None if key is None else key.encode(), value.encode(),
-                                      headers)
-                    last = rows[-1]
-                    at = Progress(*last[:3], rank=last[6])
-                    self._produce(producer, progress_at, shard.encode(), at.encode(), None, partition=0)
-                    faults.point("publish.before_commit")
-                    producer.commit_transaction(self.transaction_timeout_ms / 1000)
-                except BaseException:
-                    _abort(producer)  # readers of the topic wait no longer on it
-                    raise
-                faults.point("publish.after_commit")
-                self._record(writer, sink, at, prune=False)  # pruned once, at the end: this cursor reads on
-                records, transactions = records + len(rows), transactions + 1
-            if transactions:
-                self._record(writer, sink, at, prune=True)
-        return Published(sink.name, records, transactions, at)
+            done = _Done(at, producer)
+            try:
+                for rows in self._batches(reader, sink, at):
+                    self._publish_rows(writer, sink, shard, progress_at, rows, done)
+            except OutputRefused:
+                if done.transactions:  # what was published before the refused row
+                    self._record(writer, sink, done.at, prune=True)
+                raise
+            if done.transactions:
+                self._record(writer, sink, done.at, prune=True)
+        return Published(sink.name, done.records, done.transactions, done.at)
 
+    def _producer(self, sink: Sink, shard: str) -> Producer:
+        """The sink's transactional producer, every earlier one of it fenced."""
+        producer = Producer(self.client.librdkafka(**{
+            "transactional.id": shard, "partitioner": "murmur2_random",
+            "transaction.timeout.ms": self.transaction_timeout_ms, "linger.ms": 5}))
+        self._check_topic(producer, sink)
+        producer.init_transactions(60)
+        return producer
+
+    def _publish_rows(self, writer, sink: Sink, shard: str, progress_at: str, rows: list[tuple], done: _Done) -> None:
+        """The rows in one Kafka transaction. Refused by Kafka: the rows before the first it
+        refused, then the rest, each a transaction of its own (halves when it refused the first),
+        down to the row it refuses alone (OutputRefused). After a refusal the producer is a new
+        one: librdkafka's idempotent sequence of a refused batch does not recover by an abort."""
+        try:
+            at = self._transaction(done.producer, sink, shard, progress_at, rows)
+        except _Refused as refused:
+            done.producer = self._producer(sink, shard)
+            if refused.error.code() in SINK_REFUSALS:
+                raise OutputRefused(self.config.name, sink.name, sink.topic, refused.error, None) from None
+            if len(rows) == 1:
+                checkpoint_id, position, epoch = rows[0][:3]
+                raise OutputRefused(self.config.name, sink.name, sink.topic, refused.error,
+                                    OutputRow(checkpoint_id, position, epoch, sink.topic)) from None
+            split = refused.first or len(rows) // 2
+            self._publish_rows(writer, sink, shard, progress_at, rows[:split], done)
+            self._publish_rows(writer, sink, shard, progress_at, rows[split:], done)
+            return
+        faults.point("publish.after_commit")
+        self._record(writer, sink, at, prune=False)  # pruned once, at the end: this cursor reads on
+        done.at, done.records, done.transactions = at, done.records + len(rows), done.transactions + 1
+
+    def _transaction(self, producer: Producer, sink: Sink, shard: str, progress_at: str, rows: list[tuple]
+                     ) -> Progress:
+        """The rows and their progress in one Kafka transaction, committed; `_Refused` when Kafka
+        refuses a record of it (its delivery report says so) or the topic, after aborting it."""
+        refusals: list[tuple[int, KafkaError]] = []  # (the row's index, Kafka's refusal)
+
+        def delivery(index: int):
+            def delivered(error, _message) -> None:
+                if error is not None and error.code() in ROW_REFUSALS | SINK_REFUSALS:
+                    refusals.append((index, error))
+            return delivered
+
+        producer.begin_transaction()
+        try:
+            for index, (checkpoint_id, position, epoch, replaces, key, value, _) in enumerate(rows):
+                headers = [(CHECKPOINT_HEADER, str(checkpoint_id))]
+                if replaces is not None:
+                    headers.append((REPLACES_HEADER, str(replaces)))
+                try:
+                    self._produce(producer, sink.topic, None if key is None else key.encode(), value.encode(),
+                                  headers, on_delivery=delivery(index))
+                except KafkaException as refused:  # refused before it was sent (the client's own size limit)
+                    found = kafka_error(refused)
+                    if found is not None and found.code() in ROW_REFUSALS:
+                        refusals.append((index, found))
+                        raise _Refused(found, index) from refused
+                    raise
+            last = rows[-1]
+            at = Progress(*last[:3], rank=last[6])
+            self._produce(producer, progress_at, shard.encode(), at.encode(), None, partition=0)
+            faults.point("publish.before_commit")
+            producer.flush(self.transaction_timeout_ms / 1000)  # the delivery reports: did Kafka refuse a record?
+            if refusals:
+                raise _Refused(*first_refusal(refusals))
+            producer.commit_transaction(self.transaction_timeout_ms / 1000)
+        except _Refused:
+            _abort(producer)  # readers of the topic wait no longer on it
+            raise
+        except KafkaException as error:
+            _abort(producer)
+            if refusals:
+                raise _Refused(*first_refusal(refusals)) from error
+            found = kafka_error(error)
+            if found is not None and found.code() in ROW_REFUSALS | SINK_REFUSALS:
+                raise _Refused(found, 0) from error
+            raise
+        except BaseException:
+            _abort(producer)
+            raise
+        return at
     def _check_topic(self, producer: Producer, sink: Sink) -> None:
         if sink.topic not in producer.list_topics(timeout=30).topics:
             raise ConfigError(f"sink {sink.name!r}: Kafka topic {sink.topic!r} does not exist (create it with "
@@ -122,6 +285,7 @@ class Publisher:
     def _reconcile(self, conn, sink: Sink, shard: str, in_kafka: Progress | None) -> Progress | None:
         """Where publishing goes on (progress.verdict); the database catches up with Kafka."""
         with conn, conn.cursor() as cur:
+            lock_sink(cur, self.config.name, sink.name)  # no record or prune of another publisher between the reads
             cur.execute(named("outbox.sql")["published"], self._names(sink))
             found = cur.fetchone()
             known = self._ranked(cur, sink, Progress(*found)) if found else None
@@ -153,6 +317,7 @@ class Publisher:
     def _record(self, conn, sink: Sink, at: Progress, prune: bool) -> None:
         """What Kafka's commit made durable, recorded; with `prune`, the outbox rows up to it deleted."""
         with conn, conn.cursor() as cur:
+            lock_sink(cur, self.config.name, sink.name)
             params = {**self._names(sink), **_where(at), "epoch": at.epoch, "now": datetime.now(timezone.utc)}
             cur.execute(statement("record_published"), params)
             if prune:
@@ -164,6 +329,16 @@ class Publisher:
 
     def _names(self, sink: Sink) -> dict[str, str]:
         return {"pipeline": self.config.name, "sink": sink.name}
+
+
+@dataclass
+class _Done:
+    """What a publish_sink has published so far."""
+
+    at: Progress | None
+    producer: Producer
+    records: int = 0
+    transactions: int = 0
 
 
 def statement(name: str) -> str:
@@ -188,3 +363,8 @@ def _abort(producer: Producer) -> None:
 
 def _where(at: Progress) -> dict[str, int]:
     return {"checkpoint_id": at.checkpoint_id, "position": at.position}
+
+
+def first_refusal(refusals: list[tuple[int, KafkaError]]) -> tuple[KafkaError, int]:
+    index, error = min(refusals, key=lambda found: found[0])
+    return error, index

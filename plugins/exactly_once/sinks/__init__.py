@@ -14,9 +14,9 @@ one a reprocessing replays).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from psycopg2 import sql
 
@@ -26,7 +26,25 @@ from exactly_once.registry import Registry
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from exactly_once.config import Sink
+
+class Sink(Protocol):
+    """What a sink mode reads of a sink's configuration (`exactly_once.config.Sink`, which
+    sits above the modes: it finds its mode here, so the modes never import it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def table(self) -> str: ...
+    @property
+    def keys(self) -> tuple[str, ...]: ...
+    @property
+    def measures(self) -> Mapping[str, str]: ...
+    @property
+    def order_by(self) -> str | None: ...
+    @property
+    def topic(self) -> str | None: ...
+    @property
+    def strategy(self) -> Any: ...
 
 
 @dataclass(frozen=True)

@@ -24,18 +24,25 @@ value: the configuration refuses them); its staged rows all say false.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from psycopg2 import sql
 
 from exactly_once.errors import ConfigError
 from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOMBSTONE, KAFKA_TOPIC
-from exactly_once.sinks import each, names, require_columns
+from exactly_once.sinks import Sink, each, names, require_columns
 from exactly_once.sinks._keyed import Keyed
 from exactly_once.sqlfiles import named
 
-if TYPE_CHECKING:
-    from exactly_once.config import PipelineConfig
+
+class Pipeline(Protocol):
+    """What `ambiguous_partitions` reads of a pipeline's configuration."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sinks(self) -> Sequence[Sink]: ...
 
 COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
 # Spark compares strings by their bytes; so does PostgreSQL with the "C" collation, whatever
@@ -173,13 +180,13 @@ def _spark_order(rows, sink) -> list:
     return [F.when(value.isNull(), refused).otherwise(value), *(F.col(c) for c in COORDINATES)]
 
 
-def by_offset(sink) -> bool:
+def by_offset(sink: Sink) -> bool:
     """Whether the sink is an upsert sink ordered by offset, which holds only while each key
     lives in one partition of one topic."""
     return sink.strategy is MODE and sink.order_by is None
 
 
-def ambiguous_partitions(config: PipelineConfig, planned_before: set[tuple[str, int]],
+def ambiguous_partitions(config: Pipeline, planned_before: set[tuple[str, int]],
                          seen: set[tuple[str, int]]) -> str | None:
     """Why the (topic, partition)s Kafka shows (`seen`) cannot be planned beside those planned
     before, or None: a partition added since holds keys' newer records at offsets below their

@@ -21,7 +21,8 @@ from exactly_once import faults
 from exactly_once.db import jdbc_options
 from exactly_once.errors import JobFailure, is_retryable
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.planning import OffsetRange, PlannedInAnotherTopic, layers, replaced
+from exactly_once.ledger.lost_offsets import PlannedInAnotherTopic, replaced
+from exactly_once.ledger.planning import OffsetRange, layers
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Fenced
 from exactly_once.schema_registry import SchemaRegistry

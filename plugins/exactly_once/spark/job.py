@@ -22,7 +22,10 @@ import argparse
 import logging
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg2
 from pyspark.sql import SparkSession
@@ -61,28 +64,65 @@ def run(arguments: list[str]) -> int:
     ledger = Ledger.of_attempt(args.pipeline, args.checkpoint_id, args.attempt,
                                lambda: psycopg2.connect(settings.db_url))
     name = f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}"
-    spark = SparkSession.builder.appName(name).getOrCreate() if args.connect_artifacts is None else \
-        connect_session(settings.spark_remote, name, args.connect_artifacts)
     try:
-        report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, args.token.read_text(),
-                                 settings.kafka, settings.db_url, settings.schema_registry)
+        with server_gone_is_retryable(settings.spark_remote if args.connect_artifacts else None):
+            spark = SparkSession.builder.appName(name).getOrCreate() if args.connect_artifacts is None else \
+                connect_session(settings.spark_remote, name, args.connect_artifacts)
+            try:
+                report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, args.token.read_text(),
+                                         settings.kafka, settings.db_url, settings.schema_registry)
+            finally:
+                spark.stop()
     except Fenced as fenced:
         print(f"fenced: {fenced}", file=sys.stderr)
         return FENCED
     except JobFailure as failure:
         write_failure(args.report, failure)
         raise
-    finally:
-        spark.stop()
     write_report(args.report, report)
     return 0
+
+
+# The Connect client's default retries wait at least 10 minutes for a server that is gone (a
+# server that ran out of heap and died left its job waiting until someone stopped it). These
+# give up after about 35 s: back-offs of 0.05, 0.2, 0.8, 3.2 and 12.8 s, each with its jitter.
+SERVER_GONE_RETRIES = 5
+
+
+@contextmanager
+def server_gone_is_retryable(remote: str | None) -> Iterator[None]:
+    """A Spark Connect server that stops answering fails the attempt as retryable, naming its
+    endpoint (never the URL's token): its retry runs on a server that answers again."""
+    try:
+        yield
+    except Exception as error:
+        if remote is None or not _unavailable(error):
+            raise
+        endpoint = urlsplit(remote.split(";")[0].replace("sc://", "http://", 1)).netloc
+        raise JobFailure(f"the Spark Connect server at {endpoint} stopped answering (gRPC UNAVAILABLE, the "
+                         f"client gave up after {SERVER_GONE_RETRIES} retries): is it running? a retry runs the "
+                         "attempt again", retryable=True) from error
+
+
+def _unavailable(error: Exception) -> bool:
+    """Whether a Spark Connect client's error is gRPC's UNAVAILABLE: no server answered."""
+    code = getattr(error, "getGrpcStatusCode", None)
+    return (code is not None and str(code()).endswith("UNAVAILABLE")) or "StatusCode.UNAVAILABLE" in str(error)
 
 
 def connect_session(url: str, name: str, archive: Path) -> SparkSession:
     """A new Spark Connect session with the code archive as its artifact. SIGTERM (the task
     stopped: `ConnectRunner.on_kill`) interrupts what the session runs on the server first."""
-    session = SparkSession.builder.remote(url).appName(name).create()
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    # Made by hand rather than by the builder, whose first request (the app name) would run
+    # with the default retries: the bounded ones are set before any request.
+    session = ConnectSession(url)
+    session.client.set_retry_policies([DefaultPolicy(max_retries=SERVER_GONE_RETRIES)])
+    ConnectSession._set_default_and_active_session(session)
     try:
+        session.conf._set_all(configs={"spark.app.name": name}, silent=True)  # as the builder does
         session.addArtifacts(str(archive), pyfile=True)
     except BaseException:
         session.stop()
