@@ -52,6 +52,8 @@ local    all  postgres                trust
 # TCP: TLS with a SCRAM password, for the pipeline's roles and Airflow's, each to its database.
 # No `host` line: a plaintext connection is refused.
 hostssl  pipeline  pipeline,pipeline_job,pipeline_read  127.0.0.1/32  scram-sha-256
+# The upgrade test's database (tests/upgrade/): a ledger the previous release made, then today's.
+hostssl  pipeline_upgrade  pipeline,pipeline_job,pipeline_read  127.0.0.1/32  scram-sha-256
 hostssl  airflow   airflow                              127.0.0.1/32  scram-sha-256
 """
 DATABASES = ("pipeline", "airflow")

@@ -205,7 +205,7 @@ def _published(cur, sink: Sink, kafka_servers: str | None) -> list[Row]:
     value as the table's row type), as a consumer keeps them: per checkpoint, the records of
     its latest reprocessing (header exactly_once.replaces) instead of those it replaces; a
     sink with measures, folded per key as its consumers add them up."""
-    from exactly_once.publishing.publisher import CHECKPOINT_HEADER, REPLACES_HEADER
+    from exactly_once.publishing.transactions import CHECKPOINT_HEADER, REPLACES_HEADER
     from tests.kafka_records import committed_records, wait_for_markers
 
     assert kafka_servers, f"sink {sink.name} publishes to Kafka: the oracle needs the brokers to read it"

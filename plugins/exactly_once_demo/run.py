@@ -25,7 +25,8 @@ from psycopg2 import sql
 from exactly_once import connections
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.tables import final_table
-from exactly_once.operate.status import read_status, render, table
+from exactly_once.operate.status import read_status
+from exactly_once.operate.status_report import render, table
 from exactly_once_demo.pipeline import CONFIG, DELTAS_TOPIC
 from exactly_once_demo.prepare import create_tables
 from exactly_once_demo.produce import ensure_topic, produce

@@ -11,7 +11,7 @@ import sys
 from collections import defaultdict
 from datetime import datetime, timezone
 
-from exactly_once.publishing.publisher import CHECKPOINT_HEADER, REPLACES_HEADER
+from exactly_once.publishing.transactions import CHECKPOINT_HEADER, REPLACES_HEADER
 from exactly_once_demo.oracle import attempts, checkpoints
 from exactly_once_demo.pipeline import DELTAS_TOPIC, PARTITIONS, TOPIC
 from exactly_once_demo.produce import produce

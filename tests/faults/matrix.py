@@ -18,7 +18,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from exactly_once.operate.status import table
+from exactly_once.operate.status_report import table
 from exactly_once_stack import lifecycle
 from exactly_once_stack.settings import process_environment
 from tests.faults.scenarios import SCENARIOS, run_scenario

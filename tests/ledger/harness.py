@@ -189,9 +189,12 @@ def workload(first: int, rounds: int = 2) -> list:
 class Pipeline:
     """One pipeline on one topic, with the produced records remembered for the oracle."""
 
-    def __init__(self, db_url: str, servers: str, topic: str, connect=None, clock=None, fault=None, **config):
+    def __init__(self, db_url: str, servers: str, topic: str, connect=None, clock=None, fault=None,
+                 existing: PipelineConfig | None = None, **config):
+        """A new pipeline with final tables of its own, or the `existing` one (made by another
+        process: the upgrade test's previous release)."""
         self.db_url, self.servers, self.topic = db_url, servers, topic
-        self.config = make_pipeline(db_url, topic, **config)
+        self.config = existing or make_pipeline(db_url, topic, **config)
         options = {k: v for k, v in (("clock", clock), ("fault", fault)) if v is not None}
         self.ledger = Ledger(self.config, connect or (lambda: psycopg2.connect(db_url)), **options)
         self.driver = Driver(self.ledger, servers, db_url)

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg2
 
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.checkpoints import Outcome, State
+from exactly_once.ledger.checkpoints import Outcome, State, TaskTry
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import OffsetRange, PartitionOffsets
 from exactly_once.operate import stalls
@@ -127,8 +127,8 @@ def quiesce(pipeline, clock: Clock, rounds: int = 40) -> None:
                     continue
                 cleared = ledger.now()  # the tasks' tries, cleared by an operator where it stalled
                 if state in ("planned", "running"):
-                    tasks.run_increment(ledger, checkpoint_id, driver.execute, cleared)
-                assert tasks.commit_checkpoint(ledger, checkpoint_id, 1, cleared) is Outcome.COMMITTED
+                    tasks.run_increment(ledger, checkpoint_id, driver.execute, TaskTry(2, cleared))
+                assert tasks.commit_checkpoint(ledger, checkpoint_id, 2, cleared) is Outcome.COMMITTED
             clock.advance(timedelta(seconds=1))
             begun = tasks.begin_checkpoint(ledger, kafka, f"quiescence{n}", None, None)
             if begun.checkpoint.is_empty and not _open(pipeline):

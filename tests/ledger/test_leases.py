@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg2
 import pytest
 
-from exactly_once.ledger.checkpoints import Outcome, State
+from exactly_once.ledger.checkpoints import Outcome, State, TaskTry
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.refusals import PromotionRefused, Stalled
 from exactly_once.orchestration import tasks
@@ -101,7 +101,7 @@ def test_lease_expiries_over_the_same_offsets_stall_instead_of_looping(ledger_db
         pipeline.begin()  # every later run too
 
     # A cleared increment task resumes it.
-    assert tasks.run_increment(pipeline.ledger, dying[-1], pipeline.driver.execute, pipeline.ledger.now())
+    assert tasks.run_increment(pipeline.ledger, dying[-1], pipeline.driver.execute, TaskTry(2, pipeline.ledger.now()))
     assert pipeline.ledger.commit(dying[-1]) is Outcome.COMMITTED
     assert_exact(pipeline)
 

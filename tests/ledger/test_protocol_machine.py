@@ -36,6 +36,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from exactly_once.errors import AttemptFailed
 from exactly_once.ledger import replays
+from exactly_once.ledger.checkpoints import TaskTry
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.refusals import (Fenced, NotPreCommitted, NotReprocessable, NotRunnable, SentBack,
                                           StagingIncomplete, Stalled)
@@ -130,7 +131,8 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(i=INDEX)
     def start_attempt(self, i):
         cp = self.pick(self.ids("planned", "running", "stalled"), i)
-        self.step("start_attempt", lambda: self.ledger.start_attempt(cp), (NotRunnable,))
+        # A stalled one refuses a try that is no operator's (operator_resume is one).
+        self.step("start_attempt", lambda: self.ledger.start_attempt(cp), (NotRunnable, Stalled))
 
     @precondition(lambda self: self.ids("planned", "running", "stalled"))
     @rule(i=INDEX)
@@ -267,9 +269,9 @@ class LedgerMachine(RuleBasedStateMachine):
         """A cleared task: the commit of one stalled at commit, else a new attempt."""
         cp = self.pick(self.ids("stalled"), i)
         if self.cps[cp][2] is not None:
-            self.step("resume commit", lambda: self.ledger.commit(cp, self.ledger.now()), (Stalled,))
+            self.step("resume commit", lambda: self.ledger.commit(cp, TaskTry(2, self.ledger.now())), (Stalled,))
         else:
-            self.step("resume attempt", lambda: self.ledger.start_attempt(cp, self.ledger.now()), (NotRunnable,))
+            self.step("resume attempt", lambda: self.ledger.start_attempt(cp, TaskTry(2, self.ledger.now())), (NotRunnable,))
 
     # -- the checks ----------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from contextlib import closing
 import psycopg2
 import pytest
 
-from exactly_once.ledger.checkpoints import Outcome, State
+from exactly_once.ledger.checkpoints import Outcome, State, TaskTry
 from exactly_once.ledger.refusals import Stalled
 from exactly_once.operate.status import read_status
 from exactly_once.orchestration import tasks
@@ -44,6 +44,8 @@ def test_a_commit_try_that_began_before_the_budget_stall_does_not_resume_it(ledg
 
     with pytest.raises(Stalled, match=rf"checkpoint {checkpoint_id} "):  # R's held try goes on: refused
         tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 1, r_commit_began)
+    with pytest.raises(Stalled, match=rf"checkpoint {checkpoint_id} "):  # nor does a first try queued till now
+        tasks.commit_checkpoint(pipeline.ledger, checkpoint_id, 1, pipeline.ledger.now())
     assert pipeline.ledger.checkpoint(checkpoint_id).state is State.STALLED
     assert actions(pipeline) == []  # no resume nobody made
     with closing(psycopg2.connect(ledger_db)) as conn:
@@ -67,9 +69,10 @@ def test_an_increment_try_that_began_before_a_stall_does_not_start_an_attempt(le
         raise RuntimeError("disk full")
 
     with pytest.raises(Stalled):  # another try of the checkpoint fails once: stall_after 1 stalls it
-        tasks.run_increment(pipeline.ledger, checkpoint_id, fails, pipeline.ledger.now())
-    with pytest.raises(Stalled):
-        tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute, began)
+        tasks.run_increment(pipeline.ledger, checkpoint_id, fails, TaskTry(1, pipeline.ledger.now()))
+    with pytest.raises(Stalled):  # the held try goes on
+        tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute, TaskTry(1, began))
     assert pipeline.ledger.checkpoint(checkpoint_id).state is State.STALLED and actions(pipeline) == []
-    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute, pipeline.ledger.now())
+    cleared = TaskTry(2, pipeline.ledger.now())
+    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute, cleared)
     assert actions(pipeline) == [("resume",)]

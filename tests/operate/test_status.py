@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from exactly_once.ledger.planning import OffsetRange
-from exactly_once.operate.status import CheckpointSummary, Gap, LastCommit, PartitionLag, PipelineStatus, render, table
+from exactly_once.operate.status import CheckpointSummary, Gap, LastCommit, PartitionLag, PipelineStatus
+from exactly_once.operate.status_report import render, table
 
 T = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from datetime import timedelta
 from email import message_from_bytes
@@ -157,3 +158,43 @@ def test_records_older_than_the_freshness_bound_mail_once_until_they_are_committ
     assert send(pipeline, alerts) == [] and open_alerts(pipeline) == []
     assert len(mailbox.mails) == 1
     pipeline.assert_exact()
+
+
+def test_a_hanging_notifier_blocks_no_other_task_beyond_its_timeout_and_its_alert_is_sent_later(
+        ledger_db, kafka_servers, topic, mailbox):
+    pipeline = Pipeline(ledger_db, kafka_servers, topic)
+    checkpoint_id = stall_on_the_budget(pipeline)
+    entered, release, failures = threading.Event(), threading.Event(), []
+
+    def hanging(context) -> None:  # a mail server that accepts the connection and never answers
+        entered.set()
+        release.wait(20)
+
+    def first_task() -> None:
+        try:
+            send(pipeline, Alerts(hanging, notify_timeout=timedelta(seconds=2)))
+        except Exception as failed:
+            failures.append(failed)
+
+    hung = threading.Thread(target=first_task)
+    started = time.monotonic()
+    hung.start()
+    try:
+        assert entered.wait(30)
+        other_task = time.monotonic()
+        send(pipeline, Alerts(notifier()))  # another task of the pipeline looks meanwhile
+        waited = time.monotonic() - other_task
+        hung.join(10)
+        print(f"the other task waited {waited:.1f} s; the hanging task ended after "
+              f"{time.monotonic() - started:.1f} s with {failures}")
+        assert waited < 2 + 1, f"another task's alerts waited {waited:.1f} s on a hanging notifier"
+        assert not hung.is_alive() and len(failures) == 1 and isinstance(failures[0], TimeoutError)
+        assert "did not return within 2 s" in str(failures[0])
+    finally:
+        release.set()
+        hung.join()
+    assert open_alerts(pipeline) == []  # nothing recorded for the alert the notifier did not send
+
+    assert send(pipeline, Alerts(notifier())) == [("dead_letter_budget", str(checkpoint_id))]  # the next look
+    assert send(pipeline, Alerts(notifier())) == []
+    assert len(mailbox.mails) == 1

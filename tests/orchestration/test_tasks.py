@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from exactly_once.errors import AttemptFailed, ConfigError
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.checkpoints import AttemptState, Outcome, State
+from exactly_once.ledger.checkpoints import AttemptState, Outcome, State, TaskTry
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.lost_offsets import DataLossError
 from exactly_once.ledger.refusals import Fenced, NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
@@ -137,7 +137,7 @@ def test_three_failures_of_one_cause_stall_the_checkpoint_and_a_cleared_task_res
         assert pipeline.ledger.begin("run1", None, None, kafka).checkpoint.id == checkpoint_id
 
     cleared = pipeline.ledger.now()  # a cleared task's try
-    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute, cleared) == 5
+    assert tasks.run_increment(pipeline.ledger, checkpoint_id, pipeline.driver.execute, TaskTry(2, cleared)) == 5
     assert pipeline.ledger.commit(checkpoint_id) is Outcome.COMMITTED
     pipeline.assert_exact()
 

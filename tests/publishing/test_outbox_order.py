@@ -14,7 +14,7 @@ import pytest
 
 from exactly_once.ledger.checkpoints import State
 from exactly_once.ledger.protocol import Ledger
-from exactly_once.publishing.publisher import CHECKPOINT_HEADER
+from exactly_once.publishing.transactions import CHECKPOINT_HEADER
 from tests.kafka_records import java_committed_records
 from tests.publishing.outbox_pipeline import OutboxPipeline
 from tests.publishing.test_publishing import backlog

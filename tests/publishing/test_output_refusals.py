@@ -28,7 +28,7 @@ from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.operate import metrics
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin
-from exactly_once.publishing.publisher import fenced
+from exactly_once.publishing.refusals import fenced
 from tests.publishing.outbox_pipeline import OutboxPipeline, orders
 
 LIMIT = 20_000  # the events topic's max.message.bytes: far above a batch of the small orders, below the big one

@@ -19,10 +19,11 @@ import pytest
 
 from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION
 from exactly_once.ledger.refusals import NotReprocessable
-from exactly_once.operate.status import read_status, render
+from exactly_once.operate.status import read_status
+from exactly_once.operate.status_report import render
 from exactly_once.orchestration import tasks
 from exactly_once.publishing.progress import OutboxMismatch
-from exactly_once.publishing.publisher import CHECKPOINT_HEADER, REPLACES_HEADER
+from exactly_once.publishing.transactions import CHECKPOINT_HEADER, REPLACES_HEADER
 from tests.publishing.murmur2 import java_partition
 from tests.publishing.outbox_pipeline import OutboxPipeline, orders
 

@@ -17,6 +17,7 @@ import psycopg2
 
 from exactly_once import connections
 from exactly_once.config import PipelineConfig, load_config
+from exactly_once.errors import AttemptFailed
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.invariants import violations
@@ -134,10 +135,16 @@ class AvroOrders:
         return begun.checkpoint.id if after_begin(begun) is TaskOutcome.DONE else None
 
     def run(self, spark, runner: Callable[[list[str]], AttemptReport] | None = None) -> int | None:
-        """A whole DAG run through the run path (begin, increment, commit)."""
+        """A whole DAG run through the run path (begin, increment, commit); an attempt failed
+        for an unknown schema id is retried once, as the increment task's retry does."""
         checkpoint_id = self.begin()
         if checkpoint_id is not None:
-            self.increment(spark, checkpoint_id, runner=runner)
+            try:
+                self.increment(spark, checkpoint_id, runner=runner)
+            except AttemptFailed as failed:  # an unknown schema id's first attempt: the task's retry
+                if not (failed.retryable and "is unknown to the schema registry" in str(failed)):
+                    raise
+                self.increment(spark, checkpoint_id, runner=runner)
             self.commit(checkpoint_id)
         return checkpoint_id
 

@@ -15,7 +15,7 @@ import psycopg2
 
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.checkpoints import Outcome, TaskTry
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
@@ -112,7 +112,7 @@ class Orders:
         now): the Spark job run by `runner`, as the Airflow task runs it
         (exactly_once.spark.runners), else in this process's session as the job role."""
         tasks.run_increment(self.ledger, checkpoint_id, runner or in_process(spark, self.config.name, self.servers),
-                            self.ledger.now() if cleared else None)
+                            TaskTry(2, self.ledger.now()) if cleared else None)
 
     def run(self, spark=None, runner: Callable[[list[str]], AttemptReport] | None = None) -> int | None:
         """A whole DAG run: begin, increment, commit."""

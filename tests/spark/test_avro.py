@@ -86,6 +86,26 @@ def test_a_registry_that_does_not_answer_fails_the_attempt_for_a_retry_and_judge
     assert expected["latest"] and not expected["dead_letters"]  # a skipped tombstone deletes nothing
 
 
+def test_an_unknown_schema_id_fails_the_first_attempt_for_a_retry_and_the_retry_dead_letters_it(
+        spark, ledger_db, kafka_servers, topic):
+    orders = AvroOrders(ledger_db, kafka_servers, topic, tombstones="skip")
+    order = {"id": "c1", "n": 5, "note": "x"}
+    good = orders.encoded(3, order)
+    unknown_id = 2**31 - 11  # a schema a registry follower may not have yet
+    orders.produce([("ann", good, order, None, None),
+                    ("dan", b"\x00" + struct.pack(">I", unknown_id) + good[5:], None,
+                     f"value: schema id {unknown_id} is unknown to the schema registry", None)])
+    checkpoint_id = orders.begin()
+    with pytest.raises(AttemptFailed, match=f"schema id {unknown_id} is unknown to the schema registry") as failed:
+        orders.increment(spark, checkpoint_id)
+    print(failed.value)
+    assert failed.value.retryable  # (the reader schema is inline here: no subject to name)
+    assert orders.actual()["dead_letters"] == set()
+
+    orders.increment(spark, checkpoint_id)  # the task's retry asks again: still unknown, a dead letter
+    orders.commit(checkpoint_id)
+    assert orders.assert_exact()["dead_letters"]
+
 def test_tombstones_delete_upsert_rows_over_three_checkpoints_and_a_reprocessing_replays_them(spark, ledger_db,
                                                                                              kafka_servers, topic):
     orders = AvroOrders(ledger_db, kafka_servers, topic)  # tombstones: delete

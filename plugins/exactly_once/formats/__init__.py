@@ -26,6 +26,10 @@ class Encoded:
     schema: Mapping[str, str]            # the fields it becomes: column name -> Spark SQL type
     reader: object = None                # a registry format's reader schema (config.ReaderSchema)
     registry: SchemaRegistry | None = None
+    # An id the registry does not know fails the attempt (retryable) rather than dead-letter
+    # its records: the first attempt of a checkpoint, as a registry follower may not have a
+    # new schema yet; its retry asks again, and dead-letters them if still unknown.
+    retry_unknown_ids: bool = False
 
 
 class RecordFormat(Protocol):

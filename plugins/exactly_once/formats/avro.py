@@ -10,6 +10,10 @@ are immutable), and decodes each record with its id's writer schema and the read
 A record whose bytes are not framed so, whose id the registry does not know, whose id is
 not an Avro schema, or whose payload does not decode, has that reason. A registry that does
 not answer fails the attempt, to be retried: no record is judged by an answer not given.
+An id the registry does not know fails a checkpoint's first attempt too, retryable
+(`UnknownSchemaIds`): a registry follower may not have a schema its leader just registered;
+the retry asks again (unknown ids are never cached), and dead-letters the records of an id
+still unknown.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ class RegistryUnavailable(PipelineError):
     """The schema registry did not answer: a retry may find it back."""
 
 
+class UnknownSchemaIds(PipelineError):
+    """Records carry schema ids the registry does not know, on a checkpoint's first attempt:
+    a retry asks again before they are dead letters."""
+
+
 class Avro:
     needs_registry = True
 
@@ -52,6 +61,9 @@ class Avro:
         ids = sorted(row[0] for row in records.select(schema_id.alias("id")).where("id IS NOT NULL")
                      .distinct().collect())
         writers = {i: writer_schema(encoded, i) for i in ids}
+        unknown = [i for i, (_, why_not) in writers.items() if why_not == unknown_id(i)]
+        if unknown and encoded.retry_unknown_ids:
+            raise UnknownSchemaIds(unknown_ids_failure(encoded, unknown))
 
         struct_type = "struct<" + ", ".join(f"`{c}`: {t}" for c, t in encoded.schema.items()) + ">"
         decoded = F.lit(None).cast(struct_type)
@@ -132,12 +144,24 @@ def writer_schema(encoded, schema_id: int) -> tuple[str | None, str | None]:
         found = _asked(encoded, f"/schemas/ids/{schema_id}", f"schema id {schema_id}", (SCHEMA_NOT_FOUND,),
                        whole=True)
         if found is None:
-            return None, f"schema id {schema_id} is unknown to the schema registry"
+            return None, unknown_id(schema_id)
         if found.get("schemaType", "AVRO") != "AVRO":
             _WRITERS[key] = (None, f"schema id {schema_id} is a {found['schemaType']} schema, not Avro")
         else:
             _WRITERS[key] = (found["schema"], None)
     return _WRITERS[key]
+
+
+def unknown_id(schema_id: int) -> str:
+    return f"schema id {schema_id} is unknown to the schema registry"
+
+
+def unknown_ids_failure(encoded, ids: list[int]) -> str:
+    reader = encoded.reader
+    subject = "" if isinstance(reader, str) or reader is None else f" (reader schema's subject {reader.subject!r})"
+    return (f"{encoded.column}: {', '.join(unknown_id(i) for i in ids)} (connection "
+            f"{encoded.registry.connection!r}){subject}: a registry follower may not have it yet; the attempt's "
+            "retry asks again and dead-letters the records of an id still unknown")
 
 
 def _asked(encoded, path: str, what: str, missing: tuple[int, ...], whole: bool = False):

@@ -60,6 +60,15 @@ class Staged:
 
 
 @dataclass(frozen=True)
+class TaskTry:
+    """A task's try as Airflow numbers and starts it, asking the ledger to go on with a
+    checkpoint (`Checkpoint.resumed_by`): clearing a task starts a try numbered after its last."""
+
+    number: int
+    started: datetime
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     id: int
     dag_run_id: str
@@ -77,11 +86,13 @@ class Checkpoint:
     commit_failures: int = 0                     # failed commits of one cause in a row
     stalled_at: datetime | None = None           # when it last stalled (None: before this was recorded)
 
-    def resumed_by(self, try_started: datetime | None) -> bool:
-        """Whether a task's try that began at `try_started` is an operator's act on this
-        stalled checkpoint: a cleared task, whose try began once it had stalled. A try that
-        began before it (or an unknown one) is its run's own, which merely ran late."""
-        return try_started is not None and (self.stalled_at is None or try_started >= self.stalled_at)
+    def resumed_by(self, task: TaskTry | None) -> bool:
+        """Whether a task's try is an operator's act on this stalled checkpoint: a cleared task,
+        whose try is not its first and began once the checkpoint had stalled. A first try, or
+        one that began before the stall (or an unknown one), is its run's own, which merely
+        ran late or was queued: it resumes nothing."""
+        return (task is not None and task.number > 1
+                and (self.stalled_at is None or task.started >= self.stalled_at))
 
     @property
     def awaits_commit(self) -> bool:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import psycopg2
 
 from exactly_once.config import PipelineConfig
 from exactly_once.errors import error_message, error_text
-from exactly_once.ledger.checkpoints import AttemptState, Checkpoint, Outcome, State, cause, commit_stalls
+from exactly_once.ledger.checkpoints import AttemptState, Checkpoint, Outcome, State, TaskTry, cause, commit_stalls
 from exactly_once.ledger.clean_up import clean_up
 from exactly_once.ledger.promotion import promote
 from exactly_once.ledger.refusals import NotPreCommitted, PromotionRefused, StagedDataChanged, Stalled
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def commit(ledger: LedgerAccess, checkpoint_id: int, try_started: datetime | None = None) -> Outcome:
+def commit(ledger: LedgerAccess, checkpoint_id: int, task: TaskTry | None = None) -> Outcome:
     """Phase two, in one transaction: promote every sink's staged rows, record the
     committed ranges, mark the checkpoint committed, by the rules of the configuration
     version its attempt ran with. Idempotent. Its staging rows are deleted after that
@@ -39,8 +38,8 @@ def commit(ledger: LedgerAccess, checkpoint_id: int, try_started: datetime | Non
     row counts changed since pre-commit or a final table refuses some rows; `Stalled`
     (its pre-commit kept) if it fails for another reason that retrying cannot fix, or
     keeps failing for one (`checkpoints.commit_stalls`). A checkpoint stalled at commit
-    is committed only by an operator: a cleared commit task, whose try began at
-    `try_started`, after the stall (`Checkpoint.resumed_by`); any other call gets `Stalled`."""
+    is committed only by an operator: a cleared commit task, whose try (`task`) is not its
+    first and began after the stall (`Checkpoint.resumed_by`); any other call gets `Stalled`."""
     started = time.monotonic()
     try:
         with ledger.rows() as rows:
@@ -52,11 +51,11 @@ def commit(ledger: LedgerAccess, checkpoint_id: int, try_started: datetime | Non
                 raise NotPreCommitted(f"checkpoint {checkpoint_id} is {checkpoint.state.value}, not "
                                       "pre-committed: its Spark attempt has not finished")
             if checkpoint.state is State.STALLED:
-                if not checkpoint.resumed_by(try_started):
+                if not checkpoint.resumed_by(task):
                     raise Stalled(ledger.config.name, checkpoint)
                 rows.record_action("resume", checkpoint_id, ledger.now(),
                                    f"its commit was tried again by a task cleared after the stall (its try "
-                                   f"began {try_started.isoformat()}) after: {checkpoint.reason}")
+                                   f"{task.number} began {task.started.isoformat()}) after: {checkpoint.reason}")
             over_budget = _stall_over_budget(ledger, rows, checkpoint)
             if over_budget is None:
                 committable = checkpoint.committable

@@ -33,7 +33,7 @@ from exactly_once.config import PipelineConfig, load_stored_config
 from exactly_once.errors import ConfigError, error_text
 from exactly_once.ledger import trials
 from exactly_once.ledger.checkpoints import (Attempt, AttemptState, Begun, Checkpoint, Committable, Outcome, Recovery,
-                                             State, stalls)
+                                             State, TaskTry, stalls)
 from exactly_once.ledger.commit import commit
 from exactly_once.ledger.leases import expire
 from exactly_once.ledger.planning import OffsetSource, PartitionOffsets, Reach, plan_checkpoint
@@ -136,22 +136,22 @@ class Ledger:
 
     # -- the two phases ---------------------------------------------------------------
 
-    def start_attempt(self, checkpoint_id: int, try_started: datetime | None = None) -> Checkpoint:
+    def start_attempt(self, checkpoint_id: int, task: TaskTry | None = None) -> Checkpoint:
         """A new attempt of a planned or running checkpoint; earlier attempts are fenced off
         and their staging rows discarded (staging is replaced, never added to). A stalled one
-        only by an operator's cleared task: a try that began at `try_started`, after the stall
-        (`Checkpoint.resumed_by`); else `Stalled`."""
+        only by an operator's cleared task: a try (`task`) not its first that began after the
+        stall (`Checkpoint.resumed_by`); else `Stalled`."""
         with self.rows() as rows:
             checkpoint = rows.checkpoint(checkpoint_id)
             if not checkpoint.state.open or checkpoint.awaits_commit:
                 raise NotRunnable(checkpoint)
             now = self.now()
             if checkpoint.state is State.STALLED:  # only a person starts one: retries stop at a stall
-                if not checkpoint.resumed_by(try_started):
+                if not checkpoint.resumed_by(task):
                     raise Stalled(self.config.name, checkpoint)
                 rows.record_action("resume", checkpoint_id, now,
                                    f"a new attempt was started by a task cleared after the stall "
-                                   f"(its try began {try_started.isoformat()}) after: {checkpoint.reason}")
+                                   f"(its try {task.number} began {task.started.isoformat()}) after: {checkpoint.reason}")
             rows.run("start_attempt", checkpoint_id=checkpoint_id, lease_until=now + self.config.lease)
             attempt = rows.cur.fetchone()[0]
             rows.end_attempts(checkpoint_id, None, AttemptState.RUNNING, AttemptState.ABORTED,
@@ -188,12 +188,11 @@ class Ledger:
             self.fault("pre_commit.before_commit")
         return Committable(checkpoint_id, attempt, checkpoint.ranges, staged)
 
-    def commit(self, checkpoint_id: int, try_started: datetime | None = None) -> Outcome:
+    def commit(self, checkpoint_id: int, task: TaskTry | None = None) -> Outcome:
         """Phase two, in one transaction, idempotent: promote the staged rows and record the
         committed ranges (exactly_once.ledger.commit says what each refusal means). A
-        checkpoint stalled at commit only by an operator: a task's try that began at
-        `try_started`, after the stall."""
-        return commit(self, checkpoint_id, try_started)
+        checkpoint stalled at commit only by an operator: a cleared task's try (`task`)."""
+        return commit(self, checkpoint_id, task)
 
     # -- abort and recovery -------------------------------------------------------------
 

@@ -11,7 +11,8 @@ from urllib.parse import quote
 
 from exactly_once.ledger.planning import describe_ranges
 from exactly_once.operate.overview import PipelineOverview
-from exactly_once.operate.status import CheckpointSummary, duration, render_refusal, render_stall, render_went_back
+from exactly_once.operate.status import CheckpointSummary
+from exactly_once.operate.status_report import duration, render_refusal, render_stall, render_went_back
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 16px; color: #1a202c; background: #fff; }

@@ -4,8 +4,11 @@ pipeline's oldest record not committed older than a bound. Once per event, not o
 task or retry: each task of a run (`checkpoint_tasks(..., alerts=Alerts(...))`) looks at what
 is going on once it ends (exactly_once.orchestration.observed), and sends what no alert was
 sent for yet; the ledger's
-exactly_once.alerts records it in the transaction that sends it, so a notifier that fails
-leaves it to the next task. An event that ended (the checkpoint committed or released,
+exactly_once.alerts records it once its notifier returned, so a notifier that fails (or
+does not return within `notify_timeout`) leaves it to the next task. While a task's notifier
+runs it holds the event (a session's advisory lock, no transaction open): another task skips
+that event rather than wait, and a task that dies meanwhile releases it with its connection.
+A notifier that timed out may still deliver later, so its alert can come twice. An event that ended (the checkpoint committed or released,
 freshness back within its bound) is cleared: the same event later alerts again.
 
 The notifier gets the task's context with `exactly_once_alert` (kind, pipeline, subject,
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import asdict, dataclass
@@ -38,6 +42,7 @@ class Alerts:
 
     notifier: Callable[[dict], None]       # an Airflow notifier, called with a context
     freshness_after: timedelta | None = None  # alert when the oldest record not committed is older
+    notify_timeout: timedelta = timedelta(seconds=60)  # a notifier not returned by then has failed
 
 
 @dataclass(frozen=True)
@@ -100,13 +105,51 @@ def send_new(ledger: Ledger, alerts: Alerts, kafka: Callable[[], KafkaClient], c
         with conn, conn.cursor() as cur:
             cur.execute(Q["clear_ended"], {"pipeline": ledger.config.name,
                                            "current": [e.key for e in current] + undecided})
+        conn.autocommit = True  # no transaction stays open while a notifier runs
         for event in current:
-            with conn, conn.cursor() as cur:
-                cur.execute(Q["raise_alert"], {"pipeline": event.pipeline, "kind": event.kind,
-                                               "subject": event.subject, "message": event.message})
-                if cur.fetchone() is None:
-                    continue  # alerted already
-                # A copy: a notifier renders its templates into itself, once.
-                copy.copy(alerts.notifier)({**context, "exactly_once_alert": asdict(event)})
-            sent.append(event)
+            if _sent(conn, event, alerts, context):
+                sent.append(event)
     return sent
+
+
+def _sent(conn, event: Event, alerts: Alerts, context: Mapping) -> bool:
+    """Sends the event's alert and records it, unless it has one or another task is sending
+    it now (False); raises what the notifier raised, or TimeoutError, recording nothing."""
+    names = {"pipeline": event.pipeline, "kind": event.kind, "subject": event.subject}
+    with conn.cursor() as cur:
+        cur.execute(Q["claim_alert"], names)
+        if not cur.fetchone()[0]:
+            return False  # another task is sending it: if it fails, a later look sends it
+        try:
+            cur.execute(Q["alerted"], names)
+            if cur.fetchone()[0]:
+                return False
+            # A copy: a notifier renders its templates into itself, once.
+            _called(copy.copy(alerts.notifier), {**context, "exactly_once_alert": asdict(event)},
+                    alerts.notify_timeout)
+            cur.execute(Q["raise_alert"], {**names, "message": event.message})
+            return cur.fetchone() is not None
+        finally:
+            cur.execute(Q["release_alert"], names)
+
+
+def _called(notifier: Callable[[dict], None], context: dict, timeout: timedelta) -> None:
+    """The notifier called in a thread of its own, waited for at most `timeout`: a mail
+    server that never answers must not hold the task (a thread cannot be stopped: left
+    behind, as a daemon, it ends with the task's process)."""
+    failed: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            notifier(context)
+        except BaseException as error:  # handed to the task's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=call, name="exactly_once-notifier", daemon=True)
+    thread.start()
+    thread.join(timeout.total_seconds())
+    if thread.is_alive():
+        raise TimeoutError(f"the alert notifier did not return within {timeout.total_seconds():g} s: its alert "
+                           "is not recorded, and the pipeline's next task sends it again")
+    if failed:
+        raise failed[0]

@@ -23,6 +23,7 @@ from exactly_once.connections import (KAFKA, PIPELINE_DB, PIPELINE_DB_JOB, SPARK
                                       defined_connector, kafka_client, pipeline_db_location, schema_registry_problems)
 from exactly_once.errors import ConfigError
 from exactly_once.ledger import run_refusals
+from exactly_once.ledger.checkpoints import TaskTry
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import Reach
 from exactly_once.ledger.protocol import Ledger
@@ -74,7 +75,8 @@ class IncrementOperator(BaseOperator):
         with airflow_outcome(), observed(lambda: ledger(self.config), self.alerts, kafka_client, context):
             self.runner = job_runner(self.conn_id, f"{self.config.name} increment", self.config,
                                      job_settings(self.config))
-            tasks.run_increment(ledger(self.config), checkpoint_id, self.runner, context["ti"].start_date)
+            ti = context["ti"]
+            tasks.run_increment(ledger(self.config), checkpoint_id, self.runner, TaskTry(ti.try_number, ti.start_date))
 
     def on_kill(self) -> None:
         if self.runner is not None:

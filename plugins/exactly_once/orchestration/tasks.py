@@ -22,7 +22,7 @@ from exactly_once.config import PipelineConfig
 from exactly_once.errors import AttemptFailed, JobFailure, Permanent, PipelineError, is_retryable
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger import replays, run_refusals
-from exactly_once.ledger.checkpoints import Begun, Outcome, State
+from exactly_once.ledger.checkpoints import Begun, Outcome, State, TaskTry
 from exactly_once.ledger.holders import holders
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.leases import heartbeat
@@ -33,7 +33,8 @@ from exactly_once.ledger.refusals import Fenced, NotRunnable, Stalled
 from exactly_once.ledger.versions import config_version
 from exactly_once.operate import preflight, privileges
 from exactly_once.operate.privileges import ConnectAs
-from exactly_once.publishing.publisher import Published, Publisher, fenced
+from exactly_once.publishing.publisher import Published, Publisher
+from exactly_once.publishing.refusals import fenced
 from exactly_once.sqlfiles import named
 from exactly_once.spark.report import AttemptReport
 from exactly_once.spark.settings import private_file
@@ -159,7 +160,7 @@ def job_arguments(config: PipelineConfig, checkpoint_id: int, attempt: int) -> l
 
 
 def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[str]], AttemptReport],
-                  try_started: datetime | None = None) -> int | None:
+                  task: TaskTry | None = None) -> int | None:
     """Starts a new attempt of the checkpoint (fencing off any older one), runs the Spark
     job with `execute(job arguments)` (`exactly_once.spark.runners`, or a session in this
     process), which returns what the job staged or raises if it fails, and pre-commits what
@@ -167,11 +168,10 @@ def run_increment(ledger: Ledger, checkpoint_id: int, execute: Callable[[list[st
     a private file (`--token`), for the ledger's staging functions. A failed attempt is
     aborted, so a retry runs the same frozen ranges again; the error raised says whether a
     retry may help (`attempt_failure`). Returns the attempt, or None when the checkpoint is already
-    pre-committed or committed (a cleared or retried task). `try_started`: when the task's
-    try began; a stalled checkpoint runs again only in a try that began after its stall
-    (an operator cleared the task)."""
+    pre-committed or committed (a cleared or retried task). `task`: the task's try; a
+    stalled checkpoint runs again only in a try an operator cleared (`Checkpoint.resumed_by`)."""
     try:
-        attempt = ledger.start_attempt(checkpoint_id, try_started).attempt
+        attempt = ledger.start_attempt(checkpoint_id, task).attempt
     except NotRunnable as refused:
         if refused.done:
             log.info("nothing to run: %s", refused)
@@ -247,12 +247,12 @@ def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int, try_s
                       ) -> Outcome:
     """Phase two (idempotent), on a migrated ledger: a checkpoint pre-committed before an
     upgrade is committed by a commit task that runs before any begin. `try_started`: when
-    the task's try began; a checkpoint stalled at commit is committed only by a try that
-    began after its stall (an operator cleared the task). Fault points name the task's
-    try, e.g. fail only try 1."""
+    the task's try began; a checkpoint stalled at commit is committed only by a try an
+    operator cleared (`Checkpoint.resumed_by`). Fault points name the task's try, e.g.
+    fail only try 1."""
     faults.point(f"commit_task.try{try_number}")
     migrate_through(ledger.connect)
-    outcome = ledger.commit(checkpoint_id, try_started)
+    outcome = ledger.commit(checkpoint_id, None if try_started is None else TaskTry(try_number, try_started))
     log.info("checkpoint %s: %s", checkpoint_id, outcome.value)
     faults.point("commit_task.after_commit")  # committed, but the task has not reported success
     return outcome

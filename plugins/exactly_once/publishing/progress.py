@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from functools import total_ordering
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from exactly_once.errors import Permanent
+from exactly_once.errors import ConfigError, Permanent
 from exactly_once.kafka_client import KafkaClient
 
 
@@ -150,9 +150,12 @@ def read(client: KafkaClient, topic: str, key: str, timeout: float = 30) -> Prog
 
 def ensure_topic(client: KafkaClient, topic: str) -> None:
     """The progress topic, created compacted with one partition if missing (the broker's
-    default replication); rolled hourly so that compaction keeps it small."""
+    default replication); rolled hourly so that compaction keeps it small. An existing one
+    must be compacted (ConfigError otherwise): under `delete` alone, retention would expire
+    the progress record, and publishing would stop on `OutboxMismatch` once it is gone."""
     admin = AdminClient(client.librdkafka())
     if topic in admin.list_topics(timeout=30).topics:
+        require_compacted(admin, topic)
         return
     new = NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact", "segment.ms": "3600000"})
     try:
@@ -160,3 +163,16 @@ def ensure_topic(client: KafkaClient, topic: str) -> None:
     except KafkaException as error:
         if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
+        require_compacted(admin, topic)  # created meanwhile by someone else: by us, or not
+
+
+def require_compacted(admin: AdminClient, topic: str) -> None:
+    """ConfigError, naming the topic, its policy and the fix, unless its `cleanup.policy`
+    includes `compact` (`compact,delete` keeps the last record of each key too)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    policy = admin.describe_configs([resource])[resource].result(30)["cleanup.policy"].value or ""
+    if "compact" not in {p.strip() for p in policy.split(",")}:
+        raise ConfigError(f"progress topic {topic!r} has cleanup.policy={policy}: retention would expire the "
+                          "publisher's progress record and publishing would then stop; make it compacted "
+                          f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
+                          "cleanup.policy=compact) or name another topic in the sink's progress_topic")

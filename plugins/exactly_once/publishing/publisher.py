@@ -13,15 +13,15 @@ the next publisher publishes them once. Records are keyed by the sink's keys and
 partitioned by the key's murmur2 hash, as Java clients partition.
 
 A record Kafka refuses (larger than the topic's `max.message.bytes`, an invalid record:
-`ROW_REFUSALS`) aborts its transaction; the batch is published again in halves, each a
-transaction of its own, down to the one row Kafka refuses alone: the rows before it are
-published, and the sink's publishing stops at it (`OutputRefused`, recorded in
-`exactly_once.refusals` until a publish passes; the way out is `stalls dead-letter-output`).
-A refusal of the topic itself (`SINK_REFUSALS`: an ACL, a topic gone) blames no row. Any
-other error (a broker blip, a timeout) is raised as it is: a retry may pass, and nothing is
-ever dead-lettered for it. Publishers of one sink read and record the database's progress
-under a lock of the sink (`lock_sink`): one never reads Kafka's progress, then finds its row
-pruned by another that recorded it meanwhile.
+`refusals.ROW_REFUSALS`) aborts its transaction (transactions.py); the batch is published
+again in halves, each a transaction of its own, down to the one row Kafka refuses alone: the
+rows before it are published, and the sink's publishing stops at it (`OutputRefused`,
+recorded in `exactly_once.refusals` until a publish passes; the way out is `stalls
+dead-letter-output`). A refusal of the topic itself (`refusals.SINK_REFUSALS`: an ACL, a
+topic gone) blames no row. Any other error (a broker blip, a timeout) is raised as it is: a
+retry may pass, and nothing is ever dead-lettered for it. Publishers of one sink read Kafka's
+progress and read and record the database's under a lock of the sink (`lock_sink`): one
+never reads Kafka's progress, then finds its row pruned by another that recorded it meanwhile.
 """
 
 from __future__ import annotations
@@ -31,67 +31,16 @@ from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Producer
 
 from exactly_once import faults
 from exactly_once.config import PipelineConfig, Sink
-from exactly_once.errors import ConfigError, Permanent, is_retryable
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger import run_refusals
-from exactly_once.ledger.run_refusals import OutputRow
-from exactly_once.publishing import progress
+from exactly_once.publishing import progress, transactions
 from exactly_once.publishing.progress import NEVER, Hold, Progress
+from exactly_once.publishing.refusals import OutputRefused, Refused, blamed, fenced, halves, may_pass
 from exactly_once.sqlfiles import named
-
-CHECKPOINT_HEADER = "exactly_once.checkpoint"
-REPLACES_HEADER = "exactly_once.replaces"
-
-# Kafka's refusals of a record itself: the same record is refused again, whatever the retry.
-ROW_REFUSALS = frozenset(getattr(KafkaError, name) for name in (
-    "MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD", "INVALID_MSG") if hasattr(KafkaError, name))
-# Refusals of the sink's topic or of the publisher: no row is at fault, every one would be refused.
-SINK_REFUSALS = frozenset(getattr(KafkaError, name) for name in (
-    "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-    "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "POLICY_VIOLATION") if hasattr(KafkaError, name))
-# Another publisher of the sink took over (init_transactions fenced this one): not a refusal.
-FENCED = frozenset(getattr(KafkaError, name) for name in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
-                   if hasattr(KafkaError, name))
-
-
-class OutputRefused(Permanent):
-    """Kafka refuses an output record of a kafka sink (`row`), or the sink's topic (`row` None),
-    for a reason no retry fixes: the sink's publishing stops there, loudly, until a person acts."""
-
-    def __init__(self, pipeline: str, sink: str, topic: str, error: KafkaError, row: OutputRow | None):
-        self.pipeline, self.sink, self.topic, self.error, self.row = pipeline, sink, topic, error, row
-        what = f"the outbox row {row}" if row is not None else "the sink's records"
-        way_out = (f"raise the topic's limit (or fix the cause) and publish again, or move the row to the outbox's "
-                   f"dead letters: `python -m exactly_once.operate.stalls dead-letter-output {pipeline} {sink} "
-                   f"--reason WHY`" if row is not None else
-                   "fix the topic or the publisher's rights, then publish again (a run's begin or publish task, "
-                   f"or `python -m exactly_once publish {pipeline}`)")
-        super().__init__(f"pipeline {pipeline} sink {sink}: Kafka refuses {what} for topic {topic}: "
-                         f"{error.name()} ({error.str()}); the sink's publishing stops there (what comes before it "
-                         f"is published); {way_out}")
-
-
-class _Refused(Exception):
-    """A transaction Kafka refused for a refusal of ROW_REFUSALS or SINK_REFUSALS (internal)."""
-
-    def __init__(self, error: KafkaError, first: int):
-        super().__init__(error)
-        self.error, self.first = error, first  # the first row refused, by its index in the transaction
-
-
-def kafka_error(error: BaseException) -> KafkaError | None:
-    return error.args[0] if isinstance(error, KafkaException) and error.args and \
-        isinstance(error.args[0], KafkaError) else None
-
-
-def fenced(error: BaseException) -> bool:
-    """Another publisher of the sink fenced this one: it goes on publishing."""
-    found = kafka_error(error)
-    return found is not None and (found.code() in FENCED or found.fatal() and "fenced" in found.str().lower())
 
 
 def lock_sink(cur, pipeline: str, sink: str) -> None:
@@ -159,10 +108,8 @@ class Publisher:
             raise
         except Exception as failure:
             if not fenced(failure):
-                found = kafka_error(failure)
-                retryable = is_retryable(failure) if found is None else not found.fatal() or found.retriable()
-                run_refusals.record(self.connect, self.config.name, kind, failure,
-                                    retryable=retryable and not isinstance(failure, Permanent), topic=sink.topic)
+                run_refusals.record(self.connect, self.config.name, kind, failure, retryable=may_pass(failure),
+                                    topic=sink.topic)
             raise
         run_refusals.clear(self.connect, self.config.name, kind)
         return published
@@ -173,7 +120,7 @@ class Publisher:
         producer = self._producer(sink, shard)
         faults.point("publish.after_init")
         with closing(self.connect()) as reader, closing(self.connect()) as writer:
-            at = self._reconcile(writer, sink, shard, progress.read(self.client, progress_at, shard))
+            at = self._reconcile(writer, sink, shard, progress_at)
             done = _Done(at, producer)
             try:
                 for rows in self._batches(reader, sink, at):
@@ -187,13 +134,7 @@ class Publisher:
         return Published(sink.name, done.records, done.transactions, done.at)
 
     def _producer(self, sink: Sink, shard: str) -> Producer:
-        """The sink's transactional producer, every earlier one of it fenced."""
-        producer = Producer(self.client.librdkafka(**{
-            "transactional.id": shard, "partitioner": "murmur2_random",
-            "transaction.timeout.ms": self.transaction_timeout_ms, "linger.ms": 5}))
-        self._check_topic(producer, sink)
-        producer.init_transactions(60)
-        return producer
+        return transactions.producer(self.client, sink, shard, self.transaction_timeout_ms)
 
     def _publish_rows(self, writer, sink: Sink, shard: str, progress_at: str, rows: list[tuple], done: _Done) -> None:
         """The rows in one Kafka transaction. Refused by Kafka: the rows before the first it
@@ -201,91 +142,26 @@ class Publisher:
         down to the row it refuses alone (OutputRefused). After a refusal the producer is a new
         one: librdkafka's idempotent sequence of a refused batch does not recover by an abort."""
         try:
-            at = self._transaction(done.producer, sink, shard, progress_at, rows)
-        except _Refused as refused:
+            at = transactions.transaction(done.producer, sink, shard, progress_at, rows, self.transaction_timeout_ms)
+        except Refused as refused:
             done.producer = self._producer(sink, shard)
-            if refused.error.code() in SINK_REFUSALS:
-                raise OutputRefused(self.config.name, sink.name, sink.topic, refused.error, None) from None
-            if len(rows) == 1:
-                checkpoint_id, position, epoch = rows[0][:3]
-                raise OutputRefused(self.config.name, sink.name, sink.topic, refused.error,
-                                    OutputRow(checkpoint_id, position, epoch, sink.topic)) from None
-            split = refused.first or len(rows) // 2
-            self._publish_rows(writer, sink, shard, progress_at, rows[:split], done)
-            self._publish_rows(writer, sink, shard, progress_at, rows[split:], done)
+            if (stop := blamed(self.config.name, sink, refused, rows)) is not None:
+                raise stop from None
+            for part in halves(refused, rows):
+                self._publish_rows(writer, sink, shard, progress_at, part, done)
             return
         faults.point("publish.after_commit")
         self._record(writer, sink, at, prune=False)  # pruned once, at the end: this cursor reads on
         done.at, done.records, done.transactions = at, done.records + len(rows), done.transactions + 1
 
-    def _transaction(self, producer: Producer, sink: Sink, shard: str, progress_at: str, rows: list[tuple]
-                     ) -> Progress:
-        """The rows and their progress in one Kafka transaction, committed; `_Refused` when Kafka
-        refuses a record of it (its delivery report says so) or the topic, after aborting it."""
-        refusals: list[tuple[int, KafkaError]] = []  # (the row's index, Kafka's refusal)
-
-        def delivery(index: int):
-            def delivered(error, _message) -> None:
-                if error is not None and error.code() in ROW_REFUSALS | SINK_REFUSALS:
-                    refusals.append((index, error))
-            return delivered
-
-        producer.begin_transaction()
-        try:
-            for index, (checkpoint_id, position, epoch, replaces, key, value, _) in enumerate(rows):
-                headers = [(CHECKPOINT_HEADER, str(checkpoint_id))]
-                if replaces is not None:
-                    headers.append((REPLACES_HEADER, str(replaces)))
-                try:
-                    self._produce(producer, sink.topic, None if key is None else key.encode(), value.encode(),
-                                  headers, on_delivery=delivery(index))
-                except KafkaException as refused:  # refused before it was sent (the client's own size limit)
-                    found = kafka_error(refused)
-                    if found is not None and found.code() in ROW_REFUSALS:
-                        refusals.append((index, found))
-                        raise _Refused(found, index) from refused
-                    raise
-            last = rows[-1]
-            at = Progress(*last[:3], rank=last[6])
-            self._produce(producer, progress_at, shard.encode(), at.encode(), None, partition=0)
-            faults.point("publish.before_commit")
-            producer.flush(self.transaction_timeout_ms / 1000)  # the delivery reports: did Kafka refuse a record?
-            if refusals:
-                raise _Refused(*first_refusal(refusals))
-            producer.commit_transaction(self.transaction_timeout_ms / 1000)
-        except _Refused:
-            _abort(producer)  # readers of the topic wait no longer on it
-            raise
-        except KafkaException as error:
-            _abort(producer)
-            if refusals:
-                raise _Refused(*first_refusal(refusals)) from error
-            found = kafka_error(error)
-            if found is not None and found.code() in ROW_REFUSALS | SINK_REFUSALS:
-                raise _Refused(found, 0) from error
-            raise
-        except BaseException:
-            _abort(producer)
-            raise
-        return at
-    def _check_topic(self, producer: Producer, sink: Sink) -> None:
-        if sink.topic not in producer.list_topics(timeout=30).topics:
-            raise ConfigError(f"sink {sink.name!r}: Kafka topic {sink.topic!r} does not exist (create it with "
-                              "the partitions its consumers need; the publisher does not guess them)")
-
-    @staticmethod
-    def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes, headers, **where) -> None:
-        while True:
-            try:
-                producer.produce(topic, value, key, headers=headers, **where)
-                return
-            except BufferError:  # the local queue is full: let it drain
-                producer.poll(0.5)
-
-    def _reconcile(self, conn, sink: Sink, shard: str, in_kafka: Progress | None) -> Progress | None:
-        """Where publishing goes on (progress.verdict); the database catches up with Kafka."""
+    def _reconcile(self, conn, sink: Sink, shard: str, progress_at: str) -> Progress | None:
+        """Where publishing goes on (progress.verdict); the database catches up with Kafka.
+        Kafka's progress is read under the sink's lock too: read before it, another publisher
+        could publish, record and prune past it meanwhile, and the database would be found
+        ahead of Kafka (the protocol model's finding, model/publisher.pml)."""
         with conn, conn.cursor() as cur:
             lock_sink(cur, self.config.name, sink.name)  # no record or prune of another publisher between the reads
+            in_kafka = progress.read(self.client, progress_at, shard)
             cur.execute(named("outbox.sql")["published"], self._names(sink))
             found = cur.fetchone()
             known = self._ranked(cur, sink, Progress(*found)) if found else None
@@ -354,17 +230,6 @@ def held_behind(cur, pipeline: str, sink: str) -> Hold | None:
     return Hold(*found) if found else None
 
 
-def _abort(producer: Producer) -> None:
-    try:
-        producer.abort_transaction(10)
-    except Exception:  # fenced, or the broker gone: the broker aborts it at its timeout
-        pass
-
-
 def _where(at: Progress) -> dict[str, int]:
     return {"checkpoint_id": at.checkpoint_id, "position": at.position}
 
-
-def first_refusal(refusals: list[tuple[int, KafkaError]]) -> tuple[KafkaError, int]:
-    index, error = min(refusals, key=lambda found: found[0])
-    return error, index

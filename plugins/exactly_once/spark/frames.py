@@ -11,7 +11,7 @@ plans are built here; the attempt (exactly_once.spark.increment) runs them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
@@ -45,11 +45,14 @@ def in_ranges(ranges: Sequence[OffsetRange]) -> Column:
     return inside
 
 
-def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry | None = None) -> DataFrame:
+def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry | None = None,
+          retry_unknown_ids: bool = False) -> DataFrame:
     """The records with `parsed` (the value's fields by its format), `parsed_key` (the key's,
     when the key is decoded), `_tombstone` (a key with a null value, kept when the source's
     `tombstones` say so) and `reason` (null when the record fits); none set aside yet. A
-    record larger than `max_record_bytes` is not decoded: its reason says its size."""
+    record larger than `max_record_bytes` is not decoded: its reason says its size.
+    `retry_unknown_ids` (a checkpoint's first attempt): a schema id the registry does not
+    know fails the attempt, retryable, instead of being a dead letter (formats.Encoded)."""
     source, limit = config.source, config.max_record_bytes
     size = F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0))
     too_large = F.lit(None).cast("string") if limit is None else F.when(size > limit, F.format_string(
@@ -61,11 +64,15 @@ def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry |
     null_value = F.col(_RAW).isNull()
     tombstone = null_value & F.col(_RAW_KEY).isNotNull()
     kept = source.tombstones != "dead_letter"
-    value_fields, value_why_not = format_of(source.value_format).decode(shown, source.encoded("value", registry))
+
+    def encoded(part: str):
+        return replace(source.encoded(part, registry), retry_unknown_ids=retry_unknown_ids)
+
+    value_fields, value_why_not = format_of(source.value_format).decode(shown, encoded("value"))
     decoded = {"parsed": value_fields}
     reasons = [F.col(_TOO_LARGE)]
     if source.key_format != NO_KEY:
-        key_fields, key_why_not = format_of(source.key_format).decode(shown, source.encoded("key", registry))
+        key_fields, key_why_not = format_of(source.key_format).decode(shown, encoded("key"))
         decoded["parsed_key"] = key_fields
         reasons.append(F.when(F.col(_RAW_KEY).isNull(), F.lit("key is null"))
                        .otherwise(key_why_not(F.col("parsed_key"))))

@@ -114,15 +114,13 @@ def connect_session(url: str, name: str, archive: Path) -> SparkSession:
     """A new Spark Connect session with the code archive as its artifact. SIGTERM (the task
     stopped: `ConnectRunner.on_kill`) interrupts what the session runs on the server first."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    # Made by hand rather than by the builder, whose first request (the app name) would run
-    # with the default retries: the bounded ones are set before any request.
-    session = ConnectSession(url)
+    # No option on the builder: its first request (setting them) would run with the default
+    # retries. The bounded ones are set before any request; then the app name, as the builder does.
+    session = SparkSession.builder.remote(url).create()
     session.client.set_retry_policies([DefaultPolicy(max_retries=SERVER_GONE_RETRIES)])
-    ConnectSession._set_default_and_active_session(session)
     try:
-        session.conf._set_all(configs={"spark.app.name": name}, silent=True)  # as the builder does
+        session.conf._set_all(configs={"spark.app.name": name}, silent=True)
         session.addArtifacts(str(archive), pyfile=True)
     except BaseException:
         session.stop()

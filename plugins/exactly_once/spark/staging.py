@@ -89,7 +89,9 @@ class Staging:
         """Stages the records' rows; returns how many records there are and the rows written per sink."""
         set_aside = list(set_aside)
         with phase("read"):
-            parsed = parse(records, self.config, self.registry).persist(StorageLevel.MEMORY_AND_DISK)
+            # A checkpoint's first attempt retries an unknown schema id; a later one dead-letters it.
+            parsed = parse(records, self.config, self.registry,
+                           retry_unknown_ids=self.attempt == 1).persist(StorageLevel.MEMORY_AND_DISK)
             count = parsed.count()
         try:
             for _ in range(self.rounds):

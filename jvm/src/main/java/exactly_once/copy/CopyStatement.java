@@ -1,19 +1,24 @@
 package exactly_once.copy;
 
 import java.io.Serializable;
+import java.time.ZoneId;
 import java.util.Properties;
 
+import org.apache.spark.sql.catalyst.util.DateTimeUtils;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * One COPY of a frame's rows into a table: where, as whom, each column's target type, and
+ * One COPY of a frame's rows into a table: where, as whom, each column's target type, the
+ * Spark session time zone its datetimes are shown in (read on the driver: an executor's
+ * SQLConf is not the session's, and its JVM's zone is none of the writer's business), and
  * optionally the column that gets each row's Spark task attempt ({@code taskColumn}) and the
  * staged rows' settlement once the job commits ({@code settlement}).
  */
 record CopyStatement(String url, String user, String password, String table, StructType schema, String[] targets,
-                     String taskColumn, Settlement settlement) implements Serializable {
+                     String timeZone, String taskColumn, Settlement settlement) implements Serializable {
 
   static CopyStatement of(StructType schema, CaseInsensitiveStringMap options) {
     String[] targets = required(options, "targets").split(",", -1);
@@ -27,7 +32,8 @@ record CopyStatement(String url, String user, String password, String table, Str
       throw new IllegalArgumentException("exactly_once_copy settles staged rows by their task_column: name it");
     }
     CopyStatement statement = new CopyStatement(required(options, "url"), required(options, "user"),
-        options.getOrDefault("password", ""), required(options, "table"), schema, targets, taskColumn, settlement);
+        options.getOrDefault("password", ""), required(options, "table"), schema, targets,
+        SQLConf.get().sessionLocalTimeZone(), taskColumn, settlement);
     statement.textRow(); // refuses a column it cannot render before any task runs
     return statement;
   }
@@ -41,7 +47,7 @@ record CopyStatement(String url, String user, String password, String table, Str
   }
 
   TextRow textRow() {
-    return new TextRow(schema, targets);
+    return new TextRow(schema, targets, DateTimeUtils.getZoneId(timeZone));
   }
 
   String sql() {

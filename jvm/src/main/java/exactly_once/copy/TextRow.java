@@ -4,9 +4,12 @@ import java.math.BigDecimal;
 import java.math.MathContext;
 import java.math.RoundingMode;
 import java.time.LocalDate;
+import java.time.ZoneId;
+import java.time.ZoneOffset;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.SpecializedGetters;
+import org.apache.spark.sql.catalyst.util.DateTimeUtils;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.BooleanType;
@@ -36,6 +39,15 @@ import org.apache.spark.unsafe.types.UTF8String;
  * digits (6 for a float) rounded half to even, as float8_numeric's "%.*g" does; a double
  * into an integer is rounded half to even (rint), a decimal half away from zero; a float, a
  * double or a timestamp into text is laid out as PostgreSQL's output function lays it out.
+ * Datetimes mean what Spark shows in its session time zone ({@code spark.sql.session.timeZone},
+ * read on the driver), whatever the executor's: a timestamp is written as the instant into a
+ * timestamptz column, else as its wall time in the session time zone with that zone's offset
+ * (which a timestamp or date column ignores); a timestamp_ntz or a date into a timestamptz
+ * column as the instant Spark's cast to timestamp gives (its start of day for a date), else as
+ * it is. None of these leaves a zone to the COPY session's TimeZone (pgjdbc sets it to the
+ * executor JVM's), so issue 60's New York executor writes what a UTC one does. Spark's JDBC
+ * writer used the executor JVM's zone instead (java.sql.Timestamp's wall time into a
+ * timestamp column).
  * Which Spark types a column takes at all is asked of PostgreSQL before the write
  * (exactly_once.spark.staging: an assignment cast from what the JDBC writer bound).
  */
@@ -51,10 +63,13 @@ final class TextRow {
   }
 
   private final Field[] fields;
+  private final ZoneId zone;
   private final Line value = new Line();
   private final Line element = new Line();
 
-  TextRow(StructType schema, String[] targets) {
+  /** {@code zone}: Spark's session time zone, in which the frame's datetimes are shown. */
+  TextRow(StructType schema, String[] targets, ZoneId zone) {
+    this.zone = zone;
     StructField[] columns = schema.fields();
     fields = new Field[columns.length];
     for (int i = 0; i < columns.length; i++) {
@@ -137,13 +152,28 @@ final class TextRow {
         to.ascii((integer ? exact.setScale(0, RoundingMode.HALF_UP) : exact).toPlainString());
       };
     }
+    boolean instant = target.equals("timestamptz");
     if (type instanceof DateType) {
+      if (instant) { // Spark's cast to timestamp: the day's start in the session time zone
+        return (from, i, to) -> to.ascii(timestamp(DateTimeUtils.daysToMicros(from.getInt(i), zone), "+00"));
+      }
       return (from, i, to) -> to.ascii(date(from.getInt(i)));
     }
     if (type instanceof TimestampType) {
-      return (from, i, to) -> to.ascii(timestamp(from.getLong(i), "+00"));
+      if (instant) {
+        return (from, i, to) -> to.ascii(timestamp(from.getLong(i), "+00"));
+      }
+      return (from, i, to) -> { // as Spark shows it: the wall time in the session time zone
+        long micros = from.getLong(i);
+        long wall = DateTimeUtils.convertTz(micros, ZoneOffset.UTC, zone);
+        to.ascii(timestamp(wall, offset(Math.toIntExact((wall - micros) / 1_000_000L))));
+      };
     }
     if (type instanceof TimestampNTZType) {
+      if (instant) { // Spark's cast to timestamp: the wall time in the session time zone
+        return (from, i, to) -> to.ascii(timestamp(DateTimeUtils.convertTz(from.getLong(i), zone, ZoneOffset.UTC),
+            "+00"));
+      }
       return (from, i, to) -> to.ascii(timestamp(from.getLong(i), ""));
     }
     if (type instanceof NullType) {
@@ -254,8 +284,23 @@ final class TextRow {
     return to.append(digits);
   }
 
-  /** As PostgreSQL's output shows it in UTC (what a cast to text gives): no fraction when it
-   *  is zero, no trailing zeros in it. */
+  /** A zone's offset east of UTC as PostgreSQL's output shows it: +hh, +hh:mm or +hh:mm:ss. */
+  private static String offset(int seconds) {
+    StringBuilder text = new StringBuilder(9).append(seconds < 0 ? '-' : '+');
+    int east = Math.abs(seconds);
+    padded(text, east / 3600, 2);
+    if (east % 3600 != 0) {
+      padded(text.append(':'), east / 60 % 60, 2);
+      if (east % 60 != 0) {
+        padded(text.append(':'), east % 60, 2);
+      }
+    }
+    return text.toString();
+  }
+
+  /** The wall time `micros` (since 1970-01-01 00:00) followed by `zone`, as PostgreSQL's output
+   *  shows a timestamp (what a cast to text gives): no fraction when it is zero, no trailing
+   *  zeros in it. */
   private static String timestamp(long micros, String zone) {
     long time = Math.floorMod(micros, MICROS_PER_DAY);
     StringBuilder text = new StringBuilder(40);
