@@ -16,9 +16,11 @@ from confluent_kafka.admin import AdminClient
 
 from exactly_once.errors import ConfigError
 from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger import replays
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.lost_offsets import OffsetsWentBack
+from exactly_once.ledger.refusals import NotReprocessable
 from exactly_once.operate import stalls
 from exactly_once.operate.status import read_status
 from tests import oracle
@@ -47,7 +49,7 @@ def test_offsets_that_go_backwards_stop_every_run_and_a_reset_reads_the_new_reco
     with_order = [s for s in pipeline.config.sinks if s.mode != "upsert"]  # see the refusal below
     pipeline.config = pipeline.ledger.config = pipeline.config.model_copy(update={"sinks": tuple(with_order)})
     pipeline.produce(workload(0, rounds=3))
-    pipeline.run_once()
+    first = pipeline.run_once()
     before = committed_records(pipeline.produced, topic)
 
     recreate(kafka_servers, topic)
@@ -63,6 +65,9 @@ def test_offsets_that_go_backwards_stop_every_run_and_a_reset_reads_the_new_reco
 
     labels = {p: stalls.reset_partition(pipeline.ledger, topic, p, 0, "topic created again") for p in (0, 1, 2)}
     assert labels == {p: f"{topic}@reset-1" for p in (0, 1, 2)}
+    # A checkpoint that read the old log cannot be read again: refused naming the reset, no Kafka error.
+    with pytest.raises(NotReprocessable, match=rf"checkpoint {first} read {topic}@reset-1\[0\].*reset since"):
+        replays.reprocess(pipeline.ledger, first, "reprocess the old log")
     pipeline.run_once()
     pipeline.run_once()  # nothing new
 

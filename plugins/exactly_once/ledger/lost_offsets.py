@@ -62,3 +62,17 @@ def replaced(recorded_id: str | None, topic_id: str | None) -> bool:
     """Whether a topic's id differs from the one recorded (neither unknown): the topic was
     created again since."""
     return recorded_id is not None and topic_id is not None and recorded_id != topic_id
+
+
+RESET = "@reset-"  # no Kafka topic name holds '@': the label cannot name a topic
+
+
+def reset_label(topic: str, resets_before: int) -> str:
+    """The name a partition's history is kept under once an operator reset it (`stalls
+    reset-partition`): its committed ranges, gaps and append rows, `TOPIC@reset-N`."""
+    return f"{topic}{RESET}{resets_before + 1}"
+
+
+def was_reset(topic: str) -> bool:
+    """Whether a range's topic is such a label: its records were read from a log since gone."""
+    return RESET in topic

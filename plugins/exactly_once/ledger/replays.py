@@ -7,6 +7,7 @@ module begins one and reads what it did."""
 from __future__ import annotations
 
 from exactly_once.ledger.checkpoints import Begun, State
+from exactly_once.ledger.lost_offsets import was_reset
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import NotReprocessable
 from exactly_once.ledger.registration import final_columns
@@ -30,6 +31,11 @@ def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
         if checkpoint.state is not State.COMMITTED:
             raise NotReprocessable(f"checkpoint {checkpoint.id} is {checkpoint.state.value}: only a committed "
                                    "checkpoint is reprocessed (an open one commits first)")
+        gone = sorted({f"{r.topic}[{r.partition}]" for r in checkpoint.ranges if was_reset(r.topic)})
+        if gone:
+            raise NotReprocessable(f"checkpoint {checkpoint.id} read {', '.join(gone)}, a partition an operator reset "
+                                   "since (reset-partition: its topic deleted and created again, or another "
+                                   "cluster's): the records it read are in no log any more, so it cannot be read again")
         _refuse_unretractable(ledger.config)
         rows.run("open_reprocessing", checkpoint_id=checkpoint.id)
         found = rows.cur.fetchone()

@@ -43,6 +43,7 @@ from exactly_once import connections
 from exactly_once.errors import ConfigError
 from exactly_once.ledger.checkpoints import Outcome, State
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.lost_offsets import reset_label
 from exactly_once.ledger.migrate import migrate_through
 from exactly_once.ledger.planning import OffsetRange, OffsetSource, replaced
 from exactly_once.ledger.protocol import Ledger
@@ -131,7 +132,7 @@ def reset_partition(ledger: Ledger, topic: str, partition: int, to_offset: int, 
             raise ConfigError(f"{topic}[{partition}] cannot be reset: checkpoint(s) hold some of it: "
                               + ", ".join(f"{cp} ({state})" for state, cp in held) + "; retry or release them first")
         rows.run("reset_count", pipeline=config.name, topic=topic, partition=partition)
-        label = f"{topic}@reset-{rows.cur.fetchone()[0] + 1}"
+        label = reset_label(topic, rows.cur.fetchone()[0])
         evidence = "" if now is None else (
             f" (topic id {recorded_id} -> {now.topic_id}, log end {now.last_stable}, planned up to {frontier}"
             + (", forced" if force else "") + ")")
