@@ -52,6 +52,9 @@ def test_the_server_takes_tls_only_over_tcp_and_only_for_the_pipelines_and_airfl
         assert cur.fetchall() == [("local", ["all"], ["postgres"], None, "trust"),
                                   ("hostssl", ["pipeline"], ["pipeline", "pipeline_job", "pipeline_read"], LOOPBACK,
                                    "scram-sha-256"),
+                                  # the upgrade test's ledger (tests/upgrade/test_upgrade.py)
+                                  ("hostssl", ["pipeline_upgrade"], ["pipeline", "pipeline_job", "pipeline_read"],
+                                   LOOPBACK, "scram-sha-256"),
                                   ("hostssl", ["airflow"], ["airflow"], LOOPBACK, "scram-sha-256")]
         # On the server's command line: above postgresql.conf and an older checkout's postgresql.auto.conf.
         cur.execute("SELECT name, setting, source FROM pg_settings WHERE name IN ('ssl', 'ssl_cert_file') "
