@@ -108,6 +108,14 @@ def recording(connect: Callable, pipeline: str, kind: str,
     clear(connect, pipeline, kind)
 
 
+def outboxes_over(connect: Callable, pipeline: str, bound: int) -> list[tuple[str, int]]:
+    """(sink, records) of the pipeline's kafka sinks whose outbox holds more than `bound`
+    records not published."""
+    with closing(connect()) as conn, conn, conn.cursor() as cur:
+        cur.execute(named("refusals.sql")["outbox_over"], {"pipeline": pipeline, "bound": bound})
+        return cur.fetchall()
+
+
 def read(cur, pipeline: str) -> tuple[Refusal, ...]:
     """The pipeline's refusals, begin first, then by kind."""
     cur.execute(named("refusals.sql")["refusals"], {"pipeline": pipeline})

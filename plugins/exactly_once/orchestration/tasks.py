@@ -35,7 +35,6 @@ from exactly_once.operate import preflight, privileges
 from exactly_once.operate.privileges import ConnectAs
 from exactly_once.publishing.publisher import Published, Publisher
 from exactly_once.publishing.refusals import fenced
-from exactly_once.sqlfiles import named
 from exactly_once.spark.report import AttemptReport
 from exactly_once.spark.settings import private_file
 
@@ -85,9 +84,7 @@ def publish_first(ledger: Ledger, client: KafkaClient, bound: int = OUTBOX_BOUND
             log.info("pipeline %s: another publisher of its kafka sinks is publishing (%s)", ledger.config.name,
                      failure)
             return
-        with closing(ledger.connect()) as conn, conn, conn.cursor() as cur:
-            cur.execute(named("refusals.sql")["outbox_over"], {"pipeline": ledger.config.name, "bound": bound})
-            over = cur.fetchall()
+        over = run_refusals.outboxes_over(ledger.connect, ledger.config.name, bound)
         if over:
             raise OutboxFull(f"pipeline {ledger.config.name}: no new checkpoint while the outbox of kafka sink(s) "
                              + ", ".join(f"{sink} ({records} records)" for sink, records in over)
