@@ -30,6 +30,7 @@ ENV_SH = LOCAL / "env.sh"
 AIRFLOW_HOME = LOCAL / "airflow"
 SPARK_CONF_DIR = LOCAL / "spark" / "conf"
 JARS = LOCAL / "jars"
+COPY_WRITER_JAR = ROOT / "plugins" / "exactly_once" / "jars" / "exactly-once-copy.jar"  # setup.sh builds it (jvm/)
 # The stack's private CA and the broker's and the client's certificates (exactly_once_stack.tls),
 # made by `kafka.start()`.
 TLS = TlsFiles(LOCAL / "tls")

@@ -76,13 +76,16 @@ maven_jars() {
 }
 
 # copy_writer: the staging writer every Spark job gets (jvm/: a Spark data source over
-# PostgreSQL's COPY), built with Maven beside the connector jars of poms/spark.xml.
+# PostgreSQL's COPY), built with Maven into the library's package, where the wheel carries it
+# (./dev build) and Spark's configuration names it (exactly_once_stack/spark.py).
 copy_writer() {
-  local jar="$LOCAL/jars/spark/exactly-once-copy.jar"
+  local jar="$ROOT/plugins/exactly_once/jars/exactly-once-copy.jar"
   local sources=("$ROOT/jvm/pom.xml" $(find "$ROOT/jvm/src" -type f | sort))
+  rm -f "$LOCAL/jars/spark/exactly-once-copy.jar"  # where earlier set-ups put it
   up_to_date copy-writer "${sources[@]}" && [[ -f "$jar" ]] && return
   log "building the COPY staging writer (jvm/)"
   mvn -q -B -f "$ROOT/jvm/pom.xml" package 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >&2
+  mkdir -p "$(dirname "$jar")"
   cp "$ROOT/jvm/target/exactly-once-copy-1.jar" "$jar"
   stamp copy-writer "${sources[@]}"
 }

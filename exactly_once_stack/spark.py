@@ -6,13 +6,21 @@ from __future__ import annotations
 import re
 import subprocess
 
-from exactly_once_stack.settings import JARS, LOOPBACK, SPARK_CONF_DIR, process_environment
+from exactly_once_stack.settings import COPY_WRITER_JAR, JARS, LOOPBACK, SPARK_CONF_DIR, process_environment
 
 
-def write_conf() -> None:
+def connector_jars() -> list:
+    """The Kafka connector and the PostgreSQL driver, with their dependencies (poms/spark.xml)."""
     jars = sorted((JARS / "spark").glob("*.jar"))
     if not jars:
         raise RuntimeError(f"no Spark connector jars in {JARS / 'spark'}: run exactly_once_stack/setup.sh")
+    return jars
+
+
+def write_conf() -> None:
+    if not COPY_WRITER_JAR.is_file():
+        raise RuntimeError(f"no COPY staging writer at {COPY_WRITER_JAR}: run exactly_once_stack/setup.sh")
+    jars = [*connector_jars(), COPY_WRITER_JAR]
     SPARK_CONF_DIR.mkdir(parents=True, exist_ok=True)
     (SPARK_CONF_DIR / "spark-defaults.conf").write_text(
         f"spark.jars {','.join(str(j) for j in jars)}\n"

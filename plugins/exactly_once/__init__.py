@@ -11,5 +11,8 @@ Layers, each importing only those below it:
                      value formats (formats/), Spark types, the catalog, SQLSTATEs, the
                      database and Kafka clients, Airflow connections, SQL files, fault points
 
-`python -m exactly_once` (__main__.py) is the command line above them all.
+`python -m exactly_once` (__main__.py) is the command line above them all. What DAGs and
+transforms may import is named in docs/guide/api.md; the rest may change in any release.
 """
+
+__version__ = "0.2.0"  # the wheel's and the provider's version (CHANGELOG.md)

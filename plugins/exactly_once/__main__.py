@@ -10,6 +10,11 @@
     python -m exactly_once reprocess DAG_FILE_OR_PIPELINE CHECKPOINT_ID
         replays a committed checkpoint's frozen ranges with the DAG file's configuration (or the
         one last registered) and replaces its rows in every sink (exactly_once.orchestration.reprocessing)
+    python -m exactly_once jar
+        the path of the COPY staging writer's jar, which the Spark job needs on its classpath
+        (`spark.jars`; docs/install.md)
+    python -m exactly_once version
+        the library's version
     python -m exactly_once publish DAG_FILE_OR_PIPELINE
         publishes what the pipeline's kafka sinks committed and Kafka does not have yet, as the
         pipeline's runs do (exactly_once.publishing); exit status 1 with the error otherwise
@@ -62,8 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     publish.add_argument("target", metavar="DAG_FILE_OR_PIPELINE")
     publish.add_argument("--transaction-timeout-ms", type=int, default=60_000,
                          help="each Kafka transaction's timeout (default: 60000)")
+    commands.add_parser("jar", help="print the path of the COPY staging writer's jar (for spark.jars)")
+    commands.add_parser("version", help="print the library's version")
     args = parser.parse_args(argv)
 
+    if args.command == "jar":
+        return print_jar()
+    if args.command == "version":
+        from exactly_once import __version__
+
+        print(__version__)
+        return 0
     if args.command == "check":
         return run_check(args.target)
     if args.command == "reprocess":
@@ -88,6 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     from exactly_once.operate.reference import markdown
 
     print(markdown(), end="")
+    return 0
+
+
+def print_jar() -> int:
+    from exactly_once.packages import COPY_WRITER_JAR
+
+    if not COPY_WRITER_JAR.is_file():
+        print(f"no jar at {COPY_WRITER_JAR}: a checkout builds it with ./dev setup or ./dev build (jvm/)",
+              file=sys.stderr)
+        return 1
+    print(COPY_WRITER_JAR)
     return 0
 
 
@@ -207,10 +232,16 @@ def _dag_file_configs(path: Path) -> list[PipelineConfig]:
     subject = f"DAG file {path}"
     if not path.is_file():
         raise Unloadable(Problem(subject, "does not exist"))
+    from airflow.configuration import conf
     from airflow.dag_processing.dagbag import DagBag
 
     from exactly_once.orchestration.checkpoint_tasks import IncrementOperator
 
+    # As Airflow parses it: its DAGs folder (the dags-folder bundle) is on the import path, so a
+    # pipeline's configuration module beside the DAG file imports here as it does there.
+    dags_folder = conf.get("core", "dags_folder")
+    if dags_folder not in sys.path:
+        sys.path.append(dags_folder)
     with _stdout_to_stderr():  # Airflow logs its parsing on stdout; the report is the command's output
         bag = DagBag(dag_folder=path)
     if bag.import_errors:  # the last line of each traceback: the error, e.g. a ConfigError naming the field

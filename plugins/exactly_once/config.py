@@ -118,7 +118,9 @@ class PipelineConfig(Frozen):
                        "operator clears its task, retries it or dead-letters a range.")
     dead_letter_budget: DeadLetterBudget = Field(
         DeadLetterBudget(), description="How many dead letters a checkpoint may commit: beyond it, its commit "
-                                        "stalls, its pre-commit kept (the `dead_letter_budget` table below).")
+                                        "stalls, its pre-commit kept (the `dead_letter_budget` table below). By "
+                                        "default a checkpoint is beyond it with at least 20 dead letters that are "
+                                        "more than half of the Kafka records it read.")
     lease: timedelta = Field(
         timedelta(hours=1), gt=timedelta(0),
         description="How long a begun checkpoint or a running attempt is held before the next run's "

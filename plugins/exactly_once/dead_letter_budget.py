@@ -19,11 +19,14 @@ class DeadLetterBudget(BaseModel):
     ratio: float | None = Field(
         0.5, gt=0, le=1,
         description="Most dead letters a checkpoint may commit, as a share of the Kafka records it read "
-                    "(null: no ratio). The default catches a producer whose records the pipeline can no "
-                    "longer read, not a bad record now and then.")
+                    "(null: no ratio): its commit stalls when it has at least `ratio_from` dead letters and "
+                    "they are more than this share. The default (more than half, once there are 20 dead "
+                    "letters) catches a producer whose records the pipeline can no longer read, not a bad "
+                    "record now and then.")
     ratio_from: PositiveInt = Field(
-        20, description="The ratio applies once a checkpoint has this many dead letters, so that a small "
-                        "checkpoint with a bad record or two does not stall.")
+        20, description="The ratio applies once a checkpoint has this many dead letters (a count of dead "
+                        "letters, not of records read), so that a small checkpoint with a bad record or two "
+                        "does not stall.")
     count: PositiveInt | None = Field(
         None, description="Most dead letters a checkpoint may commit, whatever it read (null: no count).")
 

@@ -70,8 +70,10 @@ MAX_ERROR_TEXT = 2000  # characters of an error text kept: a Spark stack trace c
 
 
 def error_text(text: str, limit: int = MAX_ERROR_TEXT) -> str:
-    """An error's text as the ledger, the logs and the view keep it: without the record
-    values a database error quotes, cut to `limit` characters (saying how much was cut)."""
+    """An error's text as the ledger and the logs keep it: without the record values a
+    database error quotes, cut to `limit` characters (saying how much was cut). The
+    ledger and the logs keep `MAX_ERROR_TEXT` (2,000); the view shows at most 1,000
+    (exactly_once.operate.overview.ERROR_CHARACTERS)."""
     for pattern, replacement in _VALUES:
         text = pattern.sub(replacement, text)
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters cut)"

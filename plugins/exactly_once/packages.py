@@ -1,7 +1,8 @@
 """The files that make the code a pipeline's Spark job runs: the library's package and the
 top-level package of the pipeline's transform, found without importing them. The job
 ships them (exactly_once.spark.shipping) and a configuration's version hashes them
-(exactly_once.ledger.versions)."""
+(exactly_once.ledger.versions). The COPY staging writer's jar is in the package too, for
+Spark's classpath (`python -m exactly_once jar`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from exactly_once.config import PipelineConfig
 from exactly_once.errors import ConfigError
 
 LIBRARY = Path(__file__).resolve().parent  # the library's package, subpackages and all
+COPY_WRITER_JAR = LIBRARY / "jars" / "exactly-once-copy.jar"  # built from jvm/ by ./dev build and ./dev setup
 
 
 def transform_package(config: PipelineConfig) -> tuple[Path, str]:

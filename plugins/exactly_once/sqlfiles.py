@@ -1,19 +1,15 @@
-"""SQL lives in the project's sql/ folder; this reads it."""
+"""SQL lives in the package's sql/ folder (package data of the wheel); this reads it."""
 
 from __future__ import annotations
 
-import os
 import re
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
 
-CHECKOUT_SQL = Path(__file__).resolve().parents[2] / "sql"
-# Beside plugins/ in a checkout; inside the package when it was imported from the job's code
-# archive (exactly_once.spark.shipping: a driver without the checkout); EXACTLY_ONCE_SQL_DIR where
-# the package is installed alone.
-SQL_DIR = Path(os.environ["EXACTLY_ONCE_SQL_DIR"]) if "EXACTLY_ONCE_SQL_DIR" in os.environ else \
-    CHECKOUT_SQL if Path(__file__).is_file() and CHECKOUT_SQL.is_dir() else files("exactly_once") / "sql"
+# A folder beside this module when the package is installed or in a checkout; a folder of the
+# code archive (exactly_once.spark.shipping) when the job imported it from its zip.
+SQL_DIR = Path(__file__).resolve().with_name("sql") if Path(__file__).is_file() else files("exactly_once") / "sql"
 
 
 @cache

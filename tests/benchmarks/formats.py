@@ -1,5 +1,5 @@
 """Avro beside JSON: N demo orders in each format, each read by a checkpoint of a copy of the
-demo pipeline as its tasks run it (plan, `spark-submit jobs/increment.py` with the registry in
+demo pipeline as its tasks run it (plan, spark-submit of the job with the registry in
 its settings file, commit), repetitions interleaved (the format that runs first alternates),
 medians printed. The JSON topic is the demo's (`produce`: every 7th transaction aborted, a few
 malformed and poison orders); the Avro topic holds the same orders' fields as confluent-kafka's

@@ -2,7 +2,7 @@
 each found by record isolation and set aside as a dead letter while the rest commits; beside a
 checkpoint of the same orders with none raising (k = 0). Each checkpoint is a fresh copy of the
 demo pipeline with the transform tests/benchmarks/raising.py, run as its tasks run it (plan,
-`spark-submit jobs/increment.py`, commit); repetitions interleaved (the k that runs first
+spark-submit of the job, commit); repetitions interleaved (the k that runs first
 rotates), medians printed with each repetition's value in brackets. A run fails unless the
 dead letters with the transform's reason are exactly the k raising orders.
 

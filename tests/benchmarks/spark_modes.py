@@ -57,7 +57,7 @@ def _spark_processes() -> list[str]:
     listing = subprocess.run(["ps", "-eo", "pid,rss,args", "--no-headers"], capture_output=True, text=True).stdout
     kinds = {"deploy.master.Master": "standalone master", "deploy.worker.Worker": "standalone worker",
              "CoarseGrainedExecutorBackend": "executor", "SparkConnectServer": "Spark Connect server",
-             "jobs/increment.py": "spark-submit driver (JVM or Python) of an attempt",
+             "launch-increment-": "spark-submit driver (JVM or Python) of an attempt",
              "pyspark.daemon": "Python worker daemon", "pyspark.worker": "Python worker"}
     found = []
     for line in listing.splitlines():

@@ -5,7 +5,7 @@ and runs its Spark jobs in an order rotated from the repetition before (interlea
 that no job always runs first on a cold machine; the PostgreSQL limits follow them:
 
 - the checkpoint as the pipeline's tasks run it (tests/benchmarks/checkpoints.py): plan, a
-  new attempt, `spark-submit jobs/increment.py` (its phases from the job's report, its
+  new attempt, spark-submit of the job (its phases from the job's report, its
   driver's peak memory), commit (the transaction, then the staging clean-up after it);
 - the same checkpoint, by a second copy of the pipeline, with its job run as the task runs
   it on a `spark_connect` connection: a client of a warm Spark Connect server (on local[2],

@@ -30,10 +30,10 @@ from exactly_once_stack.settings import SPARK_CONF_DIR, TLS, environment, passwo
 from tests.dags.test_orders_exactly_once import dags_test
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
 
-# The processes of a job: spark-submit's JVM and the Python driver (jobs/increment.py), a
+# The processes of a job: spark-submit's JVM and the Python driver (the launcher, launch-increment-HASH.py), a
 # Spark Connect client's process (exactly_once.spark.job), the Python workers Spark forks, a
 # Spark Connect server.
-JOB_PROCESSES = ("jobs/increment.py", "exactly_once.spark.job", "pyspark.daemon", "pyspark/daemon",
+JOB_PROCESSES = ("launch-increment-", "exactly_once.spark.job", "pyspark.daemon", "pyspark/daemon",
                  "SparkConnectServer")
 
 

@@ -1,4 +1,4 @@
-"""The pipelines view in Airflow's UI (plugins/exactly_once_plugin.py), after a demo run through
+"""The pipelines view in Airflow's UI (`exactly_once.orchestration.plugin`), after a demo run through
 `airflow dags test` and beside a stalled pipeline, read in Debian's chromium as a person sees
 it: each figure on the page equals what SQL on the ledger (and Kafka, for the lag) says; the
 stalled pipeline comes first; a checkpoint links to its DAG run. Without a valid Airflow login

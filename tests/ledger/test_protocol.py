@@ -1,5 +1,5 @@
 """The commit protocol against real PostgreSQL and Kafka: one test per promise of
-DESIGN.md (1-7; 8 is the Spark job's, its dead-letter half is here too), then
+docs/promises.md (1-7; 8 is the Spark job's, its dead-letter half is here too), then
 the races and faults the ledger must survive. Every test ends on the oracle:
 the final tables equal what the committed Kafka records say, to the row."""
 

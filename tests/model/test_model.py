@@ -2,8 +2,8 @@
 
 The agreement is read from the files, so a change to one that forgets the other fails:
 the table of transitions (model/transitions.tsv) against the model's TRANSITION,
-ATTEMPT_TRANSITION and end_attempts steps, against sql/ledger.sql's statements, the
-enums of sql/migrations and of exactly_once.ledger.checkpoints, and the Python callers of
+ATTEMPT_TRANSITION and end_attempts steps, against the package's sql/ledger.sql statements, the
+enums of the package's sql/migrations and of exactly_once.ledger.checkpoints, and the Python callers of
 end_attempts; the fault points of the code against the model's "fault:" marks. Then spin
 checks the default configurations (`./dev prove`; tests/model/prove.py).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from exactly_once.ledger.checkpoints import AttemptState, State
-from exactly_once.sqlfiles import named
+from exactly_once.sqlfiles import SQL_DIR, named
 from tests.model import prove
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def model_transitions() -> set[Transition]:
 
 
 def enum_values(type_name: str) -> set[str]:
-    text = "\n".join(p.read_text() for p in sorted((ROOT / "sql" / "migrations").glob("*.sql")))
+    text = "\n".join(p.read_text() for p in sorted((SQL_DIR / "migrations").glob("*.sql")))
     created = re.search(rf"CREATE TYPE exactly_once\.{type_name} AS ENUM \(([^)]*)\)", text).group(1)
     added = re.findall(rf"ALTER TYPE exactly_once\.{type_name} ADD VALUE IF NOT EXISTS '(\w+)'", text)
     return set(re.findall(r"'(\w+)'", created)) | set(added)
@@ -110,7 +110,7 @@ def test_each_statement_writes_the_state_the_table_says():
             assert to in literal, f"{statement} writes {literal}, the table says {to}"
     protocol = (LIBRARY / "ledger" / "protocol.py").read_text()
     assert "State.COMMITTED if all(p.size == 0 for p in plans) else State.PLANNED" in protocol  # insert_checkpoint
-    migration = (ROOT / "sql" / "migrations" / "0001_ledger.sql").read_text()
+    migration = (SQL_DIR / "migrations" / "0001_ledger.sql").read_text()
     assert re.search(r"state\s+exactly_once\.attempt_state NOT NULL DEFAULT 'running'", migration)  # insert_attempt
 
 

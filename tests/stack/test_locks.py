@@ -40,3 +40,16 @@ def test_neither_lock_installs_pyspark_client_and_the_image_installs_the_runtime
     assert "pyspark-client" not in pins("requirements.lock") | pins("requirements-test.lock")
     dockerfile = (ROOT / "deploy" / "airflow.Dockerfile").read_text()
     assert re.findall(r"^COPY (requirements\S*) ", dockerfile, re.MULTILINE) == ["requirements.lock"]
+
+
+def test_the_package_asks_for_ranges_that_hold_the_locked_versions():
+    """A library does not pin (the wheel's dependencies are ranges, docs/install.md); the locks
+    pin the project's own environment inside them."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    runtime = {canonicalize_name(name): version for name, version in pins("requirements.lock").items()}
+    requirements = [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    assert not [str(r) for r in requirements if any(s.operator in ("==", "===") for s in r.specifier)]
+    assert {str(r): runtime.get(canonicalize_name(r.name)) for r in requirements
+            if not r.specifier.contains(runtime.get(canonicalize_name(r.name), "0"))} == {}

@@ -26,8 +26,9 @@ NAMED = (LOCAL / "secrets.json", ENV_SH, AIRFLOW_HOME / "passwords.json", AIRFLO
          schema_registry.CONFIG, POSTGRES_KEY)
 TOO_BIG = 64 << 20  # bytes: no secret file is that large (WAL segments, jars, logs of days)
 # Not searched: the broker's log segments (the tests' records, and the cluster's metadata, which
-# keeps the SCRAM credential salted and hashed, never the password), tens of GB of sparse indexes.
-NOT_SEARCHED = (KAFKA_DATA,)
+# keeps the SCRAM credential salted and hashed, never the password), tens of GB of sparse indexes;
+# the upgrade test's git worktrees of earlier releases (their tests' own throwaway keys).
+NOT_SEARCHED = (KAFKA_DATA, LOCAL / "upgrade")
 
 
 def secret_files() -> list[Path]:

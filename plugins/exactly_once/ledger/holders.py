@@ -21,7 +21,8 @@ class Holder:
 
 def holders(conn, kafka: KafkaOffsets, pipeline: str, topics: list[str], interval_start: datetime,
             interval_end: datetime) -> list[Holder]:
-    """Checkpoints holding offsets of records stamped in [interval_start, interval_end)."""
+    """Checkpoints holding offsets of the interval [interval_start, interval_end): per partition,
+    from the first offset stamped at or after its start to the first at or after its end."""
     found = set()
     with conn.cursor() as cur:
         for topic in topics:

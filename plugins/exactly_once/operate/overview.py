@@ -79,9 +79,10 @@ def preview(value: bytes | None) -> str:
 
 def read_overviews(connect: Callable, kafka: KafkaClient | str, history: int, dead_letters: int,
                    visible: Callable[[str | None], bool],
-                   payloads: Callable[[str | None], bool] = lambda _dag_id: False) -> list[PipelineOverview]:
-    """The overview of every registered pipeline whose DAG (None: not known yet) is
-    `visible`, stalled ones first; its dead letters' previews (and exact reasons) only if
+                   payloads: Callable[[str | None], bool] = lambda _dag_id: False,
+                   only: list[str] | None = None) -> list[PipelineOverview]:
+    """The overview of every registered pipeline (or of those named in `only`) whose DAG
+    (None: not known yet) is `visible`, stalled ones first; its dead letters' previews (and exact reasons) only if
     `payloads` says so for its DAG (by default for none). `kafka` is the client of the Kafka
     connection, or why there is none: then the lag is not shown, the rest is. Once the
     brokers do not answer or refuse the login, the next pipelines' lag is not asked for either."""
@@ -89,7 +90,8 @@ def read_overviews(connect: Callable, kafka: KafkaClient | str, history: int, de
         refuse_if_behind(conn)
         with conn.cursor() as cur:
             cur.execute(Q["pipeline_dags"])
-            shown = [(name, dag_id) for name, dag_id in cur.fetchall() if visible(dag_id)]
+            shown = [(name, dag_id) for name, dag_id in cur.fetchall()
+                     if (only is None or name in only) and visible(dag_id)]
         unanswered = kafka if isinstance(kafka, str) else None
         found = []
         with nullcontext() if unanswered else KafkaOffsets(kafka, timeout=KAFKA_TIMEOUT) as offsets:

@@ -1,4 +1,4 @@
-"""The pipelines view's web app, which plugins/exactly_once_plugin.py mounts in Airflow's
+"""The pipelines view's web app, which the plugin (exactly_once.orchestration.plugin) mounts in Airflow's
 api-server under /exactly-once (and adds to the UI's Browse menu):
 
     GET /exactly-once/                   the page (HTML), shown in the UI
@@ -45,6 +45,7 @@ from exactly_once.operate.status import ledger_reader
 
 History = Query(20, ge=1, le=200, description="checkpoints in the history and its charts")
 DeadLetters = Query(10, ge=1, le=100, description="newest dead letters shown per pipeline")
+Only = Query(None, description="only these pipelines (default: every one the user may see)")
 
 # No unauthenticated OpenAPI pages: the app's only routes are the three below.
 app = FastAPI(title="Exactly-once pipelines", docs_url=None, redoc_url=None, openapi_url=None)
@@ -55,7 +56,7 @@ def ledger_behind(request, behind: LedgerBehind) -> PlainTextResponse:
     return PlainTextResponse(str(behind), status_code=503)
 
 
-def visible_overviews(user, history: int, dead_letters: int) -> list[PipelineOverview]:
+def visible_overviews(user, history: int, dead_letters: int, only: list[str] | None = None) -> list[PipelineOverview]:
     try:
         kafka = connections.kafka_client()
     except (ConfigError, AirflowNotFoundException) as unusable:
@@ -66,7 +67,7 @@ def visible_overviews(user, history: int, dead_letters: int) -> list[PipelineOve
         return get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, user=user,
                                                     details=None if dag_id is None else DagDetails(id=dag_id))
 
-    return read_overviews(ledger_reader(), kafka, history, dead_letters, visible, payloads_rule(user))
+    return read_overviews(ledger_reader(), kafka, history, dead_letters, visible, payloads_rule(user), only)
 
 
 def payloads_rule(user) -> Callable[[str | None], bool]:
@@ -88,8 +89,9 @@ def pipelines_page(user: GetUserDep, history: int = History, dead_letters: int =
 
 
 @app.get("/api/pipelines")
-def pipelines_data(user: GetUserDep, history: int = History, dead_letters: int = DeadLetters) -> JSONResponse:
-    return JSONResponse(jsonable_encoder(visible_overviews(user, history, dead_letters)))
+def pipelines_data(user: GetUserDep, history: int = History, dead_letters: int = DeadLetters,
+                   pipeline: list[str] | None = Only) -> JSONResponse:
+    return JSONResponse(jsonable_encoder(visible_overviews(user, history, dead_letters, pipeline)))
 
 
 @app.get("/metrics", response_class=PlainTextResponse)

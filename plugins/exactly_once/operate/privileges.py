@@ -2,9 +2,10 @@
 (README, "Roles by duty"; the grants are sql/migrations/0011_roles_by_duty.sql's, 0014's and 0015's):
 
 - `pipeline_db`, the commit role (the tasks): reads and writes the ledger and the final tables;
-- `pipeline_db_job`, the job role (the Spark job): reads the ledger, inserts into staging,
-  runs the two staging functions; nothing on a final table, no write to the ledger, no
-  SELECT, UPDATE or DELETE of staging;
+- `pipeline_db_job`, the job role (the Spark job): reads where attempts stand in the ledger,
+  inserts into staging, runs the ledger's three functions (`discard_staged`, `settle_staged`,
+  `trial_promote`); nothing on a final table, no write to the ledger, no SELECT, UPDATE,
+  DELETE or TRUNCATE of staging (migration 0014 took back its SELECT);
 - `pipeline_db_read`, the read role (status, the pipelines view), where it is defined: reads
   the ledger; nothing on staging or a final table.
 

@@ -14,7 +14,7 @@ HEADER = """\
 # Pipeline configuration reference
 
 Generated from `plugins/exactly_once/config.py` by `python -m exactly_once reference`
-(tests/operate/test_reference.py fails when the two differ). A configuration is a mapping given
+(a test fails when the two differ). A configuration is a mapping given
 to `exactly_once.config.load_config`; an unknown field or an invalid value raises `ConfigError`
 naming the field.
 """

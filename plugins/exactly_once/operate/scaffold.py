@@ -33,8 +33,9 @@ CONFIG = load_config({config})
 
 DAG = '''\
 """The DAG `{name}`: a checkpoint of the pipeline `{name}` per 10-minute interval.
-A run takes the records stamped in its interval and those no earlier run took;
-a backfill run only its interval's."""
+A run takes the unclaimed offsets of its interval (per partition, from the first offset
+stamped at or after its start to the first at or after its end) and every unclaimed
+offset before it; a backfill run only its interval's."""
 
 from datetime import timedelta
 

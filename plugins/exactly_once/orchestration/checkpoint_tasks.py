@@ -42,8 +42,10 @@ def ledger(config: PipelineConfig, conn_id: str = PIPELINE_DB) -> Ledger:
 
 
 def reach_of(run_type: str) -> Reach:
-    """A backfill run takes its interval's records; any other run (scheduled, manual,
-    triggered) also the records no interval claimed before it (exactly_once.ledger.planning)."""
+    """A backfill run takes the unclaimed offsets of its interval (by position: from the first
+    offset stamped at or after its start to the first at or after its end); any other run
+    (scheduled, manual, triggered) also the records no interval claimed before it
+    (exactly_once.ledger.planning)."""
     return Reach.INTERVAL if run_type == "backfill" else Reach.BACKLOG
 
 

@@ -1,5 +1,6 @@
-"""The Spark application of one checkpoint attempt, whatever runs it: `jobs/increment.py`
-under spark-submit (local, a standalone master, YARN, Kubernetes), or a process beside the task
+"""The Spark application of one checkpoint attempt, whatever runs it: spark-submit of a
+launcher that calls `main` (`exactly_once.spark.shipping.launcher`; local, a standalone
+master, YARN, Kubernetes), or a process beside the task
 as a Spark Connect client (`python -m exactly_once.spark.job --connect-artifacts ARCHIVE`;
 `exactly_once.spark.runners`). Both give it the same arguments:
 

@@ -2,7 +2,7 @@
 (`spark_default`):
 
 - type `spark` (a master URL: `local[N]`, `spark://host:port`, `yarn`, `k8s://...`):
-  spark-submit of `jobs/increment.py` through Airflow's `SparkSubmitHook`, with the code
+  spark-submit of the job's module (`shipping.launcher`) through Airflow's `SparkSubmitHook`, with the code
   archive (`exactly_once.spark.shipping`) as `--py-files`. The driver runs beside the task
   (client mode): Spark refuses cluster deploy mode for Python applications on a
   standalone master, and the task must see its job end to know the attempt's verdict.
@@ -29,11 +29,10 @@ from exactly_once.config import PipelineConfig
 from exactly_once.errors import ConfigError
 from exactly_once.spark.report import AttemptReport, read_report, reported_failure
 from exactly_once.spark.settings import JobSettings, private_directory, private_file
-from exactly_once.spark.shipping import code_archive
+from exactly_once.spark.shipping import code_archive, launcher
 
 log = logging.getLogger(__name__)
 
-JOB = str(Path(__file__).resolve().parents[3] / "jobs" / "increment.py")  # spark-submit's application
 CONNECT = "spark_connect"  # the Spark provider's connection type of a Spark Connect endpoint
 STOP_SECONDS = 30  # a stopped Connect job's time to interrupt its operations before it is killed
 
@@ -90,7 +89,7 @@ class SubmitRunner(JobRunner):
 
         self.hook = SparkSubmitHook(conn_id=self.conn_id, name=self.name, py_files=archive,
                                     application_args=arguments)
-        self.hook.submit(JOB, env=env, cwd=workdir)  # raises on a non-zero exit
+        self.hook.submit(str(launcher()), env=env, cwd=workdir)  # raises on a non-zero exit
 
     def on_kill(self) -> None:
         if self.hook is not None:

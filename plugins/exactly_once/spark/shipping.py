@@ -1,6 +1,6 @@
 """The code a pipeline's Spark job runs, as one archive for `--py-files` (spark-submit) or
-`addArtifacts` (Spark Connect): the library with its SQL files, and the top-level package
-of the pipeline's transform. So a driver and executors on other machines import exactly
+`addArtifacts` (Spark Connect): the library with its SQL files (not its jar: Spark's classpath
+has it, `python -m exactly_once jar`), and the top-level package of the pipeline's transform. So a driver and executors on other machines import exactly
 what the task that started the attempt runs, never what their own `sys.path` holds.
 
 The archive is built once per content, named by its hash, in a folder of the temporary
@@ -19,28 +19,37 @@ from pathlib import Path
 
 from exactly_once.config import PipelineConfig
 from exactly_once.packages import LIBRARY, package_files, transform_package
-from exactly_once.sqlfiles import CHECKOUT_SQL
 
 FIXED_TIME = (2026, 1, 1, 0, 0, 0)  # the same content makes the same archive
+# spark-submit's application must be a file: this one runs the job's module from the code
+# archive (--py-files), so nothing is run from a path into an installation or a checkout.
+LAUNCHER = "import sys\nfrom exactly_once.spark.job import main\nsys.exit(main())\n"
 
 
 def code_archive(config: PipelineConfig) -> Path:
     """The archive of the library and the transform's package (a zip of .py and .sql files)."""
-    entries = dict(package_files(LIBRARY, "exactly_once"))
-    if CHECKOUT_SQL.is_dir():  # a checkout: sql/ beside plugins/ travels inside the package
-        entries.update((f"exactly_once/sql/{p.relative_to(CHECKOUT_SQL)}", p) for p in CHECKOUT_SQL.rglob("*.sql"))
+    entries = {name: path for name, path in package_files(LIBRARY, "exactly_once") if path.suffix != ".jar"}
     if config.transform:
         entries.update(package_files(*transform_package(config)))
     content = io.BytesIO()
     with zipfile.ZipFile(content, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in sorted(entries):
             archive.writestr(zipfile.ZipInfo(name, FIXED_TIME), entries[name].read_bytes())
-    data = content.getvalue()
-    path = _private_folder() / f"code-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    return _written(content.getvalue(), "code", ".zip")
+
+
+def launcher() -> Path:
+    """spark-submit's application file (LAUNCHER)."""
+    return _written(LAUNCHER.encode(), "launch-increment", ".py")
+
+
+def _written(data: bytes, prefix: str, suffix: str) -> Path:
+    """`data` in the private folder, in a file named by its hash."""
+    path = _private_folder() / f"{prefix}-{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
     if not path.exists():
         partial = path.with_suffix(f".{os.getpid()}.part")
         partial.write_bytes(data)
-        partial.replace(path)  # atomic: a concurrent task sees the whole archive or none
+        partial.replace(path)  # atomic: a concurrent task sees the whole file or none
     return path
 
 
