@@ -1,4 +1,4 @@
-/* The ledger's protocol (plugins/exactly_once/ledger/, sql/ledger.sql), modelled for spin.
+/* The ledger's protocol (plugins/exactly_once/ledger/, plugins/exactly_once/sql/ledger.sql), modelled for spin.
 
    One partition of K offsets, all stable before the runs start. Each PostgreSQL
    transaction of the code is a sequence of steps: the locks it takes (FOR UPDATE on a
@@ -12,9 +12,9 @@
    a reprocessing and an operator interleave in every order.
 
    Every change of a checkpoint's or an attempt's state goes through TRANSITION or
-   ATTEMPT_TRANSITION, named by the sql/ledger.sql statement that makes it;
+   ATTEMPT_TRANSITION, named by the plugins/exactly_once/sql/ledger.sql statement that makes it;
    model/transitions.tsv lists them, and tests/model/test_model.py checks that the table,
-   this file, sql/ledger.sql, the migrations' enums and the Python enums agree.
+   this file, plugins/exactly_once/sql/ledger.sql, the migrations' enums and the Python enums agree.
 
    Bounds (-D on spin's command line; tests/model/prove.py names the configurations):
    SECOND_RUN, BACKFILL, REPROCESS, OPERATOR (0 or 1 process each), budgets for faults

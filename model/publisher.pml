@@ -1,4 +1,4 @@
-/* The publisher of one kafka sink (exactly_once.publishing.publisher, progress, sql/outbox.sql),
+/* The publisher of one kafka sink (exactly_once.publishing.publisher, progress, plugins/exactly_once/sql/outbox.sql),
    modelled for spin: two publishers of the sink (a run's publish and the `publish` command,
    or a zombie and its successor) interleaving in every order, beside the commits that add
    outbox rows in any order.

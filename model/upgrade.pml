@@ -1,6 +1,6 @@
 /* A checkpoint pre-committed before an upgrade, its staged rows in a staging table under the
    earlier name (`stg_<pipeline>_<sink>`), and the steps that may meet it first, in every order
-   (sql/migrations/0017_staging_under_earlier_names_adopted.sql, exactly_once.orchestration.tasks,
+   (plugins/exactly_once/sql/migrations/0017_staging_under_earlier_names_adopted.sql, exactly_once.orchestration.tasks,
    exactly_once.ledger.commit), modelled for spin:
 
    - its run's commit task (TRIES tries): migrate_through (its own transaction, under the
@@ -51,7 +51,7 @@ mtype state = precommitted;
 byte rows_earlier = STAGED;   /* its staged rows, under the earlier name */
 byte rows_today;              /* ... and under today's */
 bool today_exists;
-bool migrated;                /* 0017 applied (sql/migrations, once, under the migrators' lock) */
+bool migrated;                /* 0017 applied (plugins/exactly_once/sql/migrations, once, under the migrators' lock) */
 byte locker = NOBODY;         /* the checkpoint's row, FOR UPDATE */
 byte commit_failures;
 byte stalled_at;              /* ghost: when it stalled (events) */

@@ -34,13 +34,14 @@ from exactly_once.ledger.migrate import migrate
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.orchestration import tasks
 from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.shipping import launcher
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import SKUS, produce
 from exactly_once_stack import lifecycle
 from exactly_once_stack.settings import LOCAL, process_environment
 from tests.benchmarks import copies
 from tests.benchmarks.spark_app import increment_job
-from tests.benchmarks.throughput import JOB, PER_TRANSACTION
+from tests.benchmarks.throughput import PER_TRANSACTION
 from tests.spark.avro_orders import REGISTRY, registry_client
 
 READER = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
@@ -88,7 +89,7 @@ def checkpoint(fmt: str, topic: str, repetition: int, servers: str, db_url: str,
                                                ).checkpoint.id
     jobs = []
     with settings.written() as settings_file:
-        tasks.run_increment(ledger, checkpoint_id, increment_job(JOB, settings_file, folder / f"{name}.log", jobs))
+        tasks.run_increment(ledger, checkpoint_id, increment_job(launcher(), settings_file, folder / f"{name}.log", jobs))
     if tasks.commit_checkpoint(ledger, checkpoint_id, try_number=1) is not Outcome.COMMITTED:
         raise AssertionError(f"{name}: checkpoint {checkpoint_id} not committed")
     seconds = time.perf_counter() - started

@@ -36,7 +36,7 @@ from exactly_once.ledger.migrate import migrate
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.orchestration import tasks
 from exactly_once.spark.settings import JobSettings
-from exactly_once.spark.shipping import code_archive
+from exactly_once.spark.shipping import code_archive, launcher
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import ABORT_EVERY, MALFORMED_EVERY, POISON_EVERY, order, produce
 from exactly_once_stack import lifecycle
@@ -44,7 +44,7 @@ from exactly_once_stack.settings import LOCAL, process_environment
 from tests.benchmarks import copies, profiling
 from tests.benchmarks.raising import MARK
 from tests.benchmarks.spark_app import increment_job
-from tests.benchmarks.throughput import JOB, PER_TRANSACTION
+from tests.benchmarks.throughput import PER_TRANSACTION
 
 TRANSFORM = "tests.benchmarks.raising:prepare_raising"
 PROBE = re.compile(r"exactly_once\.spark\.staging: probe: ")
@@ -92,7 +92,7 @@ def checkpoint(k: int, topic: str, repetition: int, servers: str, db_url: str, f
         shutil.rmtree(event_logs, ignore_errors=True)
         shipped.update(profiling.event_log_conf(event_logs))
     with settings.written() as settings_file:
-        tasks.run_increment(ledger, checkpoint_id, increment_job(JOB, settings_file, log, jobs, shipped))
+        tasks.run_increment(ledger, checkpoint_id, increment_job(launcher(), settings_file, log, jobs, shipped))
     if tasks.commit_checkpoint(ledger, checkpoint_id, try_number=1) is not Outcome.COMMITTED:
         raise AssertionError(f"{name}: checkpoint {checkpoint_id} not committed")
     raised = copies.execute(db_url, "SELECT value FROM exactly_once.dead_letters WHERE pipeline = %(p)s "

@@ -44,10 +44,11 @@ from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.tables import DEAD_LETTERS
 from exactly_once.spark.runners import job_runner
 from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.shipping import launcher
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import produce
 from exactly_once_stack import spark_cluster
-from exactly_once_stack.settings import ROOT, spark_connection
+from exactly_once_stack.settings import spark_connection
 from tests.benchmarks import copies, postgres_limits, profiling
 from tests.benchmarks.checkpoints import CheckpointRun, TimedPipeline
 from tests.benchmarks.copies import Q
@@ -55,7 +56,6 @@ from tests.benchmarks.postgres_limits import Limits
 from tests.benchmarks.spark_app import SparkRun, connect_job, increment_job, submit
 from tests.benchmarks.stopwatch import Stopwatch
 
-JOB = ROOT / "jobs" / "increment.py"
 PEERS = Path(__file__).with_name("peers.py")
 PER_TRANSACTION = 50_000  # orders per Kafka transaction (every 7th aborted, as in the demo)
 CONNECT = "bench_spark_connect"  # the Airflow connection of the warm Spark Connect server
@@ -202,7 +202,7 @@ class Bench:
         conf = profiling.event_log_conf(event_logs) if self.profile else None
         with self.job_settings().written() as settings_file:
             run = self.pipeline.run(
-                checkpoint_id, plan, increment_job(JOB, settings_file, self.folder / "increment.log", jobs, conf), jobs,
+                checkpoint_id, plan, increment_job(launcher(), settings_file, self.folder / "increment.log", jobs, conf), jobs,
                 around=partial(self.profiling, statements),
                 before_commit=lambda: staged.update(postgres_limits.save_staging(self.db_url, self.config,
                                                                                  checkpoint_id, self.folder)))

@@ -117,7 +117,7 @@ def assert_no_secret_in(processes: list[tuple[str, str]], logs: str, secrets: li
     """No secret in the job's command lines and environments, nor in the run's logs."""
     assert all(secrets)
     for cmdline, environ in processes:
-        assert "--settings" in cmdline or "increment.py" not in cmdline
+        assert "--settings" in cmdline or "launch-increment-" not in cmdline
         leaked = [s[:4] + "…" for s in secrets if s in cmdline or s in environ]
         assert not leaked, f"{leaked} in the process {cmdline[:200]}"
     assert not [s[:4] + "…" for s in secrets if s in logs]

@@ -18,7 +18,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import uuid
 from contextlib import closing
 from pathlib import Path
@@ -88,8 +87,9 @@ def user_environment(bin_dir: Path, folder: Path) -> dict[str, str]:
     assert jar.startswith(str(bin_dir.parent)), jar  # the wheel's jar, not the checkout's
     spark_conf = folder / "spark-conf"
     spark_conf.mkdir()
-    defaults = (SPARK_CONF_DIR / "spark-defaults.conf").read_text().replace(str(COPY_WRITER_JAR), jar)
-    (spark_conf / "spark-defaults.conf").write_text(defaults)
+    defaults = (SPARK_CONF_DIR / "spark-defaults.conf").read_text()
+    assert str(COPY_WRITER_JAR) in defaults  # the checkout's jar, replaced by the wheel's
+    (spark_conf / "spark-defaults.conf").write_text(defaults.replace(str(COPY_WRITER_JAR), jar))
     for name in ("airflow-home", "dags", "plugins"):
         (folder / name).mkdir()
     return {**env, "SPARK_CONF_DIR": str(spark_conf), "PYSPARK_PYTHON": str(bin_dir / "python"),
@@ -147,8 +147,9 @@ def test_installed_from_the_wheel_a_checkpoint_commits_exactly_and_the_plugin_se
         assert done.returncode == 0, f"{command}: {done.stdout[-4000:]}{done.stderr[-4000:]}"
         return done.stdout
 
-    where = run(str(bin_dir / "python"), "-c", "import exactly_once, sys; print(exactly_once.__file__, sys.version)")
-    assert where.startswith(str(bin_dir.parent)) and f"{sys.version_info.major}.{version.split('.')[1]}" in where
+    where, python_version = run(str(bin_dir / "python"), "-c", "import exactly_once, platform; "
+                                "print(exactly_once.__file__); print(platform.python_version())").split()
+    assert where.startswith(str(bin_dir.parent)) and python_version.startswith(f"{version}."), (where, python_version)
 
     name = f"installed_{uuid.uuid4().hex[:8]}"
     create_topic(kafka_servers, name, partitions=2)

@@ -5,7 +5,7 @@ which the one oracle (tests/oracle.py) says what the final tables must hold.
 `Driver` plays the Spark job's part (reading the frozen ranges read_committed
 and writing staging rows) with a plain consumer and psycopg2, so the protocol
 is tested on its own; a run goes through the pipeline's own run path
-(`exactly_once.orchestration.tasks`) with the driver as the job. jobs/ has its own tests
+(`exactly_once.orchestration.tasks`) with the driver as the job. The Spark job (exactly_once.spark.job) has its own tests
 against the same oracle.
 """
 

@@ -1,7 +1,8 @@
 """The public API as docs/guide/api.md names it: every documented import works in a fresh
 interpreter, without a DeprecationWarning of the library's; a moved name (its "Deprecated
 names" table) still imports, warns naming its new place, and is the same object; every
-documented command exists and each subcommand answers `--help`; the version is the one the provider reports."""
+documented command exists and each subcommand answers `--help`; the provider's information passes
+Airflow's own schema, and its version has its changelog section."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from exactly_once import __version__
 from exactly_once.orchestration.provider import get_provider_info
@@ -69,7 +71,13 @@ def test_every_documented_command_exists_and_each_subcommand_answers_help():
         assert run.returncode == 0, (subcommand, run.stderr[-2000:])
 
 
-def test_the_version_is_the_providers():
-    assert get_provider_info()["versions"] == [__version__]
+def test_the_provider_information_is_what_airflow_validates_it_against_and_the_version_has_its_changelog():
+    import json
+
+    import airflow
+    import jsonschema
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)
     assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
     assert f"## {__version__} " in (ROOT / "CHANGELOG.md").read_text()

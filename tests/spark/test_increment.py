@@ -26,6 +26,7 @@ from exactly_once.ledger.refusals import Fenced
 from exactly_once.ledger.tables import DEAD_LETTER_STAGING, qualified, staging_table
 from exactly_once.spark.increment import run_attempt
 from exactly_once.spark.settings import JobSettings, private_file
+from exactly_once.spark.shipping import launcher
 from exactly_once.spark.staging import BadRecords
 from exactly_once_stack import spark_cluster
 from tests import oracle
@@ -34,7 +35,7 @@ from tests.kafka_records import moment_after_the_last_marker
 from tests.ledger.harness import Pipeline, committed_records, row_of, workload
 from tests.oracle import Record
 
-JOB = Path(__file__).resolve().parents[2] / "jobs" / "increment.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -181,12 +182,11 @@ def spark_submit(pipeline: Pipeline, checkpoint_id: int, token: int, *options: s
     """Runs the job as Airflow would, its connections in a settings file, with spark-submit's
     `options` and `env` added to the environment; the process and its report. Spark copies
     the Python driver's stdout and stderr to its own stdout."""
-    root = str(JOB.parents[1])
-    env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([root, *sys.path])}  # the test transform's module
+    env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}  # the test transform's module
     with JobSettings(job_db_url(), KafkaClient.at(pipeline.servers)).written() as settings, \
             private_file("report-") as report, private_file("token-") as secret:
         secret.write_text(pipeline.ledger.attempt_token(checkpoint_id, token))
-        done = subprocess.run(["spark-submit", *options, str(JOB), "--pipeline", pipeline.config.name,
+        done = subprocess.run(["spark-submit", *options, str(launcher()), "--pipeline", pipeline.config.name,
                                "--checkpoint-id", str(checkpoint_id), "--attempt", str(token), "--token", str(secret),
                                "--settings", str(settings), "--report", str(report)],
                               env=env, capture_output=True, text=True, timeout=600)

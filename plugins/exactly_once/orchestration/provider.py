@@ -20,6 +20,15 @@ def get_provider_info() -> dict:
                           "https://pypi.org/project/airflow-provider-exactly-once/", "tags": ["software"]}],
         "hooks": [{"integration-name": "Exactly-once pipelines",
                    "python-modules": ["exactly_once.orchestration.pipeline_db_hook"]}],
-        "connection-types": [{"connection-type": "exactly_once_pipeline_db", "hook-name": "Exactly-once pipeline database",
-                              "hook-class-name": "exactly_once.orchestration.pipeline_db_hook.PipelineDatabaseHook"}],
+        "connection-types": [{
+            "connection-type": "exactly_once_pipeline_db", "hook-name": "Exactly-once pipeline database",
+            "hook-class-name": "exactly_once.orchestration.pipeline_db_hook.PipelineDatabaseHook",
+            "ui-field-behaviour": {
+                "hidden-fields": [],
+                "relabeling": {"schema": "Database", "login": "Role"},
+                "placeholders": {"login": "the commit role (pipeline_db), the job role (pipeline_db_job) or the read "
+                                          "role (pipeline_db_read)",
+                                 "extra": '{"sslmode": "verify-full", "sslrootcert": "/path/to/ca.pem"}'},
+            },
+        }],
     }

@@ -45,11 +45,13 @@ def launcher() -> Path:
 
 def _written(data: bytes, prefix: str, suffix: str) -> Path:
     """`data` in the private folder, in a file named by its hash."""
-    path = _private_folder() / f"{prefix}-{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
+    folder = _private_folder()
+    path = folder / f"{prefix}-{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
     if not path.exists():
-        partial = path.with_suffix(f".{os.getpid()}.part")
-        partial.write_bytes(data)
-        partial.replace(path)  # atomic: a concurrent task sees the whole file or none
+        descriptor, partial = tempfile.mkstemp(dir=folder, suffix=".part")  # a name no other writer has
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+        os.replace(partial, path)  # atomic: a concurrent task sees the whole file or none
     return path
 
 
