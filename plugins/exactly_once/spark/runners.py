@@ -2,8 +2,8 @@
 (`spark_default`):
 
 - type `spark` (a master URL: `local[N]`, `spark://host:port`, `yarn`, `k8s://...`):
-  spark-submit of the job's module (`shipping.launcher`) through Airflow's `SparkSubmitHook`, with the code
-  archive (`exactly_once.spark.shipping`) as `--py-files`. The driver runs beside the task
+  spark-submit of the job's module (`shipping.launcher`) through Airflow's `SparkSubmitHook`,
+  with the code archive (`exactly_once.spark.shipping`) as `--py-files`. The driver runs beside the task
   (client mode): Spark refuses cluster deploy mode for Python applications on a
   standalone master, and the task must see its job end to know the attempt's verdict.
 - type `spark_connect` (`sc://host:port`, a token over TLS): a Python process beside the

@@ -1,7 +1,8 @@
 """The code a pipeline's Spark job runs, as one archive for `--py-files` (spark-submit) or
-`addArtifacts` (Spark Connect): the library with its SQL files (not its jar: Spark's classpath
-has it, `python -m exactly_once jar`), and the top-level package of the pipeline's transform. So a driver and executors on other machines import exactly
-what the task that started the attempt runs, never what their own `sys.path` holds.
+`addArtifacts` (Spark Connect): the library with its SQL files (not its jar: Spark's
+classpath has it, `python -m exactly_once jar`), and the top-level package of the pipeline's
+transform. So a driver and executors on other machines import exactly what the task that
+started the attempt runs, never what their own `sys.path` holds.
 
 The archive is built once per content, named by its hash, in a folder of the temporary
 directory only the task's user may write (a shared host's other users cannot plant code
