@@ -17,13 +17,16 @@
    this file, plugins/exactly_once/sql/ledger.sql, the migrations' enums and the Python enums agree.
 
    Bounds (-D on spin's command line; tests/model/prove.py names the configurations):
-   SECOND_RUN, BACKFILL, REPROCESS, OPERATOR (0 or 1 process each), budgets for faults
+   SECOND_RUN, BACKFILL, REPROCESS, OPERATOR (0 or 1 process each), PRUNE (retention's steps)
+   and HORIZONS (model/retention.pml), budgets for faults
    over a whole execution (CRASHES, DUPLICATES, JOB_FAILURES, REFUSALS, DB_ERRORS,
-   EXPIRIES), and FINAL_ROUNDS, the fault-free runs after them. */
+   EXPIRIES), FINAL_ROUNDS, the fault-free runs after them, and COMMITTED_BEFORE, a checkpoint
+   committed before the processes start. */
 
 #include "state.pml"
 #include "statements.pml"
 #include "processes.pml"
+#include "retention.pml"
 
 /* After every process ended, no offset is stranded: each is committed once (by the
    rows of the latest configuration that processed it), or a later run takes it — held by
@@ -35,7 +38,13 @@
 init {
     byte c, o, round, holder;
     atomic {
-        run Run(1, SCHEDULED, 0, 1, NOBODY);
+#if COMMITTED_BEFORE
+        /* an earlier run's checkpoint of offset 0, committed (with retention: to be folded) */
+        cp[0].dag_run = 9; cp[0].version = 1; cp[0].range = BIT(0); cp[0].state = committed; cp[0].attempt = 1;
+        cp[0].pre = 1; cp[0].staged = STAGED; cp[0].att[1] = committed; checkpoints = 1; frontier = 1;
+        committed_ranges[0] = 1; counted[0] = STAGED; rows_version[0] = 1; contribution[0] = STAGED; latest_version[0] = 1;
+#endif
+        run Run(1, SCHEDULED, 0, 1 + COMMITTED_BEFORE, NOBODY);   /* [0, 1), or [1, 2) after the earlier one */
 #if SECOND_RUN
         run Run(2, SCHEDULED, 2, 3, NOBODY);
 #endif
@@ -47,6 +56,9 @@ init {
 #endif
 #if OPERATOR
         run Operator();
+#endif
+#if PRUNE
+        run Pruner();
 #endif
         run Clock()
     }

@@ -33,6 +33,15 @@
 #ifndef FINAL_ROUNDS
 #define FINAL_ROUNDS 0   /* runs after every fault, to see that nothing was lost (each multiplies the states) */
 #endif
+#ifndef PRUNE
+#define PRUNE 0          /* retention's steps (model/retention.pml), each folding one checkpoint at most */
+#endif
+#ifndef HORIZONS
+#define HORIZONS 1       /* times the reprocess horizon passes what is committed by then */
+#endif
+#ifndef COMMITTED_BEFORE
+#define COMMITTED_BEFORE 0   /* 1: offset 0 committed by an earlier run before the processes start */
+#endif
 #ifndef STALL_AFTER
 #define STALL_AFTER 2
 #endif
@@ -42,6 +51,7 @@
 #define A 4            /* attempts per checkpoint: 1..A-1 */
 #define TRIES 2        /* an Airflow task's tries */
 #define NOBODY 255
+#define BASE_RUN 200   /* the retention base's dag_run_id, 'exactly_once:retention-base' */
 #define BIT(o) (1 << (o))
 
 #define SCHEDULED 0
@@ -78,6 +88,8 @@ typedef Checkpoint {
     byte commit_failures;
     byte version;          /* configuration version its attempts run */
     byte stalled_at;       /* ghost: when it stalled (events) */
+    bool beyond;           /* committed before now - reprocess_horizon */
+    bool folded;           /* folded_at set: its contributions are the base's */
     byte locker = NOBODY;  /* FOR UPDATE */
     mtype att[A] = none;   /* each attempt's state (none: not started) */
     byte rows[A];          /* each attempt's committed staging rows, in copies of its range */
@@ -98,6 +110,8 @@ byte counted[K];           /* copies of its record's rows in the final tables */
 byte rows_version[K];      /* configuration version of the rows the sinks hold for it */
 byte contribution[C];      /* row copies each checkpoint's slot holds in the final tables */
 byte latest_version[C];    /* version of each slot's latest committed processing */
+byte base = NOBODY;        /* the retention base checkpoint, once a fold created it */
+byte base_rows[K];         /* row copies the base's contributions hold for each offset */
 
 byte crashes = CRASHES;
 byte duplicates = DUPLICATES;

@@ -46,7 +46,9 @@ inline promote(c) {
                 :: cp[c].range & BIT(i) ->
                    if
                    :: cp[c].replays == 0 -> committed_ranges[i]++; counted[i] = counted[i] + promoted   /* promote_ranges */
-                   :: else -> counted[i] = counted[i] - contribution[slot(c)] + promoted   /* contributions replaced */
+                   :: else ->   /* contributions replaced: exactly what the final tables hold of the slot, never a folded one's */
+                      assert(!cp[slot(c)].folded && counted[i] == contribution[slot(c)]);
+                      counted[i] = counted[i] - contribution[slot(c)] + promoted
                    fi;
                    rows_version[i] = cp[c].version;
                    assert(committed_ranges[i] <= 1 && counted[i] <= 1)   /* no offset committed twice */
@@ -273,6 +275,8 @@ inline plan(own, first, last) {
     fi
 }
 
+#define replayable(j) (cp[j].state == committed && cp[j].range != 0 && cp[j].replays == 0)
+
 /* replays.reprocess: a checkpoint that replays a committed one's ranges, with a later configuration. */
 inline plan_reprocessing(own) {
     lock_pipeline();
@@ -282,22 +286,35 @@ inline plan_reprocessing(own) {
         :: j < checkpoints -> if :: cp[j].dag_run == own -> c = j :: else -> skip fi; j++   /* open_reprocessing, this run's */
         :: else -> break
         od;
-        if
-        :: c == NOBODY ->
-           j = 0;
-           do
-           :: j < checkpoints && (cp[j].state != committed || cp[j].range == 0 || cp[j].replays != 0) -> j++
-           :: else -> break
-           od;
-           if
-           :: j < checkpoints && checkpoints < C ->
-              c = checkpoints; checkpoints++;
-              cp[c].dag_run = own; cp[c].version = 2; cp[c].lease_ok = true; cp[c].replays = j + 1; cp[c].range = cp[j].range;
-              TRANSITION(insert_reprocessing, c, IN1(c, none), planned)
-           :: else -> skip   /* nothing committed to reprocess yet */
-           fi
+        if   /* a retry: the horizon is checked first, so one that passed refuses it (the reprocessing stays open) */
+        :: c != NOBODY && cp[cp[c].replays - 1].beyond -> c = NOBODY
         :: else -> skip
         fi;
-        end_transaction()
+        if
+        :: c == NOBODY ->
+           j = 0;   /* the checkpoint it names: the first committed one (with retention, any) */
+           do
+           :: j < checkpoints && !replayable(j) -> j++
+           :: j < checkpoints && replayable(j) && PRUNE -> j++   /* it names a later one */
+           :: j >= checkpoints || replayable(j) -> break
+           od;
+           if
+           :: j < checkpoints && (cp[j].beyond || cp[j].folded) -> j = NOBODY   /* NotReprocessable: beyond the horizon, or folded */
+           :: j < checkpoints && !cp[j].beyond && !cp[j].folded && checkpoints < C -> skip
+           :: else -> j = NOBODY   /* nothing committed to reprocess yet */
+           fi
+        :: else -> j = NOBODY
+        fi;
+        if :: j == NOBODY -> end_transaction() :: else -> skip fi
     }
+    if
+    :: j != NOBODY ->   /* insert_reprocessing, its transaction's commit: a step of its own after the checks */
+       atomic {
+           c = checkpoints; checkpoints++;
+           cp[c].dag_run = own; cp[c].version = 2; cp[c].lease_ok = true; cp[c].replays = j + 1; cp[c].range = cp[j].range;
+           TRANSITION(insert_reprocessing, c, IN1(c, none), planned);
+           end_transaction()
+       }
+    :: else -> skip
+    fi
 }

@@ -19,6 +19,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from exactly_once.config_source import NO_KEY, STORED, Column, Frozen, Source, plugin_names, rule
 from exactly_once.dead_letter_budget import DeadLetterBudget
 from exactly_once.errors import ConfigError
+from exactly_once.retention_policy import Retention
 from exactly_once.sinks import mode_of
 from exactly_once.sinks.upsert import MODE as UPSERT
 from exactly_once.sinks.upsert import by_offset
@@ -125,6 +126,9 @@ class PipelineConfig(Frozen):
         timedelta(hours=1), gt=timedelta(0),
         description="How long a begun checkpoint or a running attempt is held before the next run's "
                     "recovery may take it over.")
+    retention: Retention = Field(
+        Retention(), description="How long the ledger keeps what checkpoints leave behind, and how far back a "
+                                 "checkpoint can be reprocessed (the `retention` table below).")
 
     @rule
     def _sink_names_unique(self) -> PipelineConfig:

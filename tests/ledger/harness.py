@@ -55,6 +55,11 @@ def make_pipeline(db_url: str, topic: str, **overrides) -> PipelineConfig:
     name = f"p{uuid.uuid4().hex[:10]}"
     with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
         cur.execute(FINAL_TABLES.format(schema=name))
+    return pipeline_config(name, topic, **overrides)
+
+
+def pipeline_config(name: str, topic: str, more_sinks: tuple[dict, ...] = (), **overrides) -> PipelineConfig:
+    """The configuration of the pipeline on FINAL_TABLES in schema `name`, and `more_sinks`."""
     return load_config({
         "name": name,
         "source": {"topics": [topic], "value_schema": {"id": "string", "k": "string", "n": "bigint"}},
@@ -64,6 +69,7 @@ def make_pipeline(db_url: str, topic: str, **overrides) -> PipelineConfig:
             {"name": "latest", "table": f"{name}.latest", "mode": "upsert", "keys": ["k"]},
             {"name": "totals", "table": f"{name}.totals", "mode": "aggregate", "keys": ["k"],
              "measures": {"records": "count", "total": "sum", "smallest": "min", "largest": "max"}},
+            *more_sinks,
         ],
         **overrides,
     })

@@ -1,8 +1,10 @@
 """The ledger's protocol as a stateful property test on real PostgreSQL (issue 44, part 1):
 hypothesis draws sequences of begin / start attempt / stage rows (the current attempt's, a
 fenced zombie's, a late insert by an attempt already pre-committed) / pre-commit (right and
-wrong counts) / commit / abort / crash / lease expiry / reprocess / operator actions, the
-harness's driver playing the Spark job, over one pipeline with a sink of each mode.
+wrong counts) / commit / abort / crash / lease expiry / reprocess / operator actions /
+retention's prune (the clock moved past the reprocess horizon, or not, then one step folding
+at most two checkpoints), the harness's driver playing the Spark job, over one pipeline with
+a sink of each mode.
 
 Operations also run concurrently at the ledger's own isolation (READ COMMITTED): one may
 pause at a fault point inside its transaction, holding its locks, while other steps run
@@ -35,7 +37,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from exactly_once.errors import AttemptFailed
-from exactly_once.ledger import replays
+from exactly_once.ledger import replays, retention
 from exactly_once.ledger.checkpoints import TaskTry
 from exactly_once.ledger.invariants import violations
 from exactly_once.ledger.refusals import (Fenced, NotPreCommitted, NotReprocessable, NotRunnable, SentBack,
@@ -52,6 +54,10 @@ from tests.ledger.paused_steps import Steps, fault_hook
 EXAMPLES = int(os.environ.get("EXACTLY_ONCE_MACHINE_EXAMPLES", "10"))
 FIXED = "EXACTLY_ONCE_MACHINE_EXAMPLES" not in os.environ  # CI draws the same examples every run
 LEASE = timedelta(minutes=10)
+HORIZON = timedelta(hours=1)
+# Folds of checkpoints beyond the horizon, two per step at most; nothing deleted (history and
+# dead letters kept forever), so the oracle still sees every committed range and dead letter.
+RETENTION = {"reprocess_horizon": "PT1H", "history": None, "dead_letters": None, "batch": 2}
 INDEX = st.integers(0, 5)  # which of the checkpoints (or attempts) a rule acts on, modulo their number
 PAUSES = [("begin", "begin.before_commit"), ("start_attempt", "start_attempt.before_commit"),
           ("pre_commit", "pre_commit.before_commit"), ("begin", "commit.before_promote")] + [
@@ -60,13 +66,14 @@ PAUSES = [("begin", "begin.before_commit"), ("start_attempt", "start_attempt.bef
 
 class LedgerMachine(RuleBasedStateMachine):
     db_url = servers = topic = produced = None  # set by the test from its fixtures
+    pruned: list = []  # every prune step's result, over the examples
 
     def __init__(self):
         super().__init__()
         self.clock, self.steps = Clock(), Steps(self.db_url)
         self.pipeline = Pipeline(self.db_url, self.servers, self.topic.name, connect=self.steps.connect,
                                  clock=self.clock, fault=fault_hook, max_records_per_run=4, lease="PT10M",
-                                 stall_after=2)
+                                 stall_after=2, retention=RETENTION)
         self.pipeline.produced = self.produced
         self.ledger = self.pipeline.ledger
         self.driver = self.pipeline.driver = SlicingDriver(self.ledger, self.topic, self.servers, self.db_url)
@@ -219,7 +226,7 @@ class LedgerMachine(RuleBasedStateMachine):
             self.step("begin", lambda: self.ledger.begin(run, None, None, self.topic), (Stalled,), point)
         elif kind == "start_attempt" and self.ids("planned", "running", "stalled"):
             cp = self.pick(self.ids("planned", "running", "stalled"), i)
-            self.step("start_attempt", lambda: self.ledger.start_attempt(cp), (NotRunnable,), point)
+            self.step("start_attempt", lambda: self.ledger.start_attempt(cp), (NotRunnable, Stalled), point)
         elif kind == "pre_commit" and self.ids("running"):
             cp = self.pick(self.ids("running"), i)
             attempt, records = self.cps[cp][1], self.driver.read(self._ranges(cp))
@@ -227,7 +234,9 @@ class LedgerMachine(RuleBasedStateMachine):
             def job_and_pre_commit():  # the attempt's job stages its rows, its task pre-commits them
                 rows = self.driver.write_staging(cp, attempt, records)
                 return self.ledger.pre_commit(cp, attempt, rows, records=len(records))
-            self.step("pre_commit", job_and_pre_commit, (Fenced, StagingIncomplete), point)
+            # A write behind another pre-commit of the attempt, paused and then resumed, is refused: frozen.
+            self.step("pre_commit", job_and_pre_commit,
+                      (Fenced, StagingIncomplete, psycopg2.errors.InsufficientPrivilege), point)
         elif kind == "commit" and self.awaiting():
             self.commit(i, pause_at=point)
 
@@ -255,6 +264,19 @@ class LedgerMachine(RuleBasedStateMachine):
         cp = self.pick(self.reprocessable(), i)
         self.recovering("reprocess", lambda: replays.reprocess(self.ledger, cp, f"reprocess{cp}"),
                         (NotReprocessable, Stalled))
+
+    @precondition(lambda self: self.ids("committed"))
+    @rule(past_horizon=st.booleans())
+    def prune(self, past_horizon):
+        """Retention's step, between the others (a commit or a reprocessing may be paused
+        beside it): the clock moved past the reprocess horizon first, so that every checkpoint
+        committed so far is beyond it, or not. The final tables do not change; a reprocessing
+        of a folded checkpoint is refused from then on (the reprocess rule allows that)."""
+        if past_horizon:
+            self.clock.advance(HORIZON + timedelta(minutes=1))
+        pruned = self.step("prune", lambda: retention.prune(self.ledger))  # a paused step it waits for goes on
+        type(self).pruned.append(pruned)
+        assert pruned.folded <= RETENTION["batch"], pruned
 
     @precondition(lambda self: self.ids("stalled"))
     @rule(i=INDEX)
@@ -311,6 +333,8 @@ def records(kafka_servers):
 def test_every_interleaving_of_protocol_steps_keeps_each_committed_record_once(ledger_db, kafka_servers, records):
     LedgerMachine.db_url, LedgerMachine.servers = ledger_db, kafka_servers
     LedgerMachine.topic, LedgerMachine.produced = records
+    LedgerMachine.pruned = []
     run_state_machine_as_test(LedgerMachine, settings=settings(
         max_examples=EXAMPLES, stateful_step_count=30, deadline=None, database=None, derandomize=FIXED,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    assert sum(p.folded for p in LedgerMachine.pruned) > 0, LedgerMachine.pruned  # the examples folded some

@@ -5,10 +5,10 @@ tables (model/upgrade.pml). A configuration with a `finding` is one where spin s
 of the code as it is: it passes while spin finds the violation, and says so once it is gone.
 
 Each configuration is a set of processes (scheduled runs, a backfill, a reprocessing, an
-operator, the clock) and a budget of faults over a whole execution, explored exhaustively:
-every interleaving, every crash point, every order. The state space grows by orders of
-magnitude with each process and each fault, so the faults are split across
-configurations; `--full` adds the larger ones (minutes each), CI runs the default set.
+operator, the clock, retention's prune steps) and a budget of faults over a whole execution,
+explored exhaustively: every interleaving, every crash point, every order. The state space
+grows by orders of magnitude with each process and each fault, so the faults are split
+across configurations; `--full` adds the larger ones (minutes each), CI runs the default set.
 
     ./dev prove [--full] [--only NAME ...] [--keep DIR]
 """
@@ -59,6 +59,9 @@ CONFIGURATIONS = (
     Configuration("recovery-to-the-end", "one run with a crash and a job failure, an operator, then a fault-free "
                   "run: every offset counts once", {**ALONE, "OPERATOR": 1, "CRASHES": 1, "JOB_FAILURES": 1,
                                                     "FINAL_ROUNDS": 1}),
+    Configuration("prune", "retention beside a run and a reprocessing: a checkpoint committed before, the reprocess "
+                  "horizon passing, two prune steps folding a checkpoint each (never while a commit runs)",
+                  {**ALONE, "REPROCESS": 1, "COMMITTED_BEFORE": 1, "PRUNE": 2, "HORIZONS": 1}),
     Configuration("parallel-runs", "two scheduled runs and a backfill racing over the offsets, no fault",
                   {"OPERATOR": 0, "REPROCESS": 0}, full_only=True),
     Configuration("reprocessing-zombies", "a run and a reprocessing, a crash and a duplicate staging write",
@@ -67,6 +70,9 @@ CONFIGURATIONS = (
                   "out, an operator, then two fault-free runs", {**ALONE, "OPERATOR": 1, "CRASHES": 1,
                                                                  "JOB_FAILURES": 1, "REFUSALS": 1, "EXPIRIES": 1,
                                                                  "FINAL_ROUNDS": 2}, full_only=True),
+    Configuration("prune-crashes", "retention beside a run and a reprocessing of what it committed: the horizon "
+                  "passing, a prune step, a crash", {**ALONE, "REPROCESS": 1, "PRUNE": 1, "CRASHES": 1},
+                  full_only=True),
     # model/publisher.pml: two publishers of one kafka sink, commits adding outbox rows in any order.
     Configuration("publishers", "two publishers of one sink, as the code is: Kafka's progress read under the "
                   "sink's lock, two crashes, a transaction aborted past its timeout",

@@ -2,7 +2,8 @@
 
 The agreement is read from the files, so a change to one that forgets the other fails:
 the table of transitions (model/transitions.tsv) against the model's TRANSITION,
-ATTEMPT_TRANSITION and end_attempts steps, against the package's sql/ledger.sql statements, the
+ATTEMPT_TRANSITION and end_attempts steps, against the package's sql/ledger.sql statements (and
+sql/retention.sql's, which inserts the retention base), the
 enums of the package's sql/migrations and of exactly_once.ledger.checkpoints, and the Python callers of
 end_attempts; the fault points of the code against the model's "fault:" marks. Then spin
 checks the default configurations (`./dev prove`; tests/model/prove.py).
@@ -91,10 +92,17 @@ def test_the_model_makes_exactly_the_transitions_of_the_table():
     assert model_transitions() == table()
 
 
+def statements_of_the_ledger() -> dict[str, str]:
+    """sql/ledger.sql's statements, and retention's (its base checkpoint is inserted committed)."""
+    statements, retention = named("ledger.sql"), named("retention.sql")
+    assert not set(statements) & set(retention), "a statement named in both files"
+    return {**statements, **retention}
+
+
 def test_every_statement_that_changes_a_state_is_in_the_table():
-    statements = named("ledger.sql")
+    statements = statements_of_the_ledger()
     listed = {statement for _, statement, _, _ in table()}
-    assert listed <= set(statements), f"not in sql/ledger.sql: {listed - set(statements)}"
+    assert listed <= set(statements), f"not in sql/ledger.sql or sql/retention.sql: {listed - set(statements)}"
     writers = {name for name, text in statements.items()
                if re.search(r"UPDATE exactly_once\.(checkpoints|attempts)\s+SET\s+((?!WHERE).)*\bstate\s*=", text, re.S)
                or re.search(r"INSERT INTO exactly_once\.(checkpoints|attempts)\b", text)}
@@ -102,7 +110,7 @@ def test_every_statement_that_changes_a_state_is_in_the_table():
 
 
 def test_each_statement_writes_the_state_the_table_says():
-    statements = named("ledger.sql")
+    statements = statements_of_the_ledger()
     for of, statement, _, to in table():
         literal = set(re.findall(r"state = '(\w+)'|'(\w+)'::exactly_once\.checkpoint_state", statements[statement]))
         literal = {a or b for a, b in literal}
@@ -110,6 +118,7 @@ def test_each_statement_writes_the_state_the_table_says():
             assert to in literal, f"{statement} writes {literal}, the table says {to}"
     protocol = (LIBRARY / "ledger" / "protocol.py").read_text()
     assert "State.COMMITTED if all(p.size == 0 for p in plans) else State.PLANNED" in protocol  # insert_checkpoint
+    assert "'committed'" in statements["base"]  # the retention base: inserted committed
     migration = (SQL_DIR / "migrations" / "0001_ledger.sql").read_text()
     assert re.search(r"state\s+exactly_once\.attempt_state NOT NULL DEFAULT 'running'", migration)  # insert_attempt
 

@@ -11,6 +11,7 @@ from exactly_once.ledger.lost_offsets import was_reset
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import NotReprocessable
 from exactly_once.ledger.registration import final_columns
+from exactly_once.ledger.retention import refuse_beyond_horizon
 from exactly_once.ledger.rows import LedgerRows
 
 
@@ -18,8 +19,8 @@ def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
     """Begins a reprocessing of a committed checkpoint (or of the one a reprocessing
     replays), requested by `dag_run_id`; returns the checkpoint's open reprocessing if there
     is one (a retry, or another request's: it takes it over). `NotReprocessable` if the
-    checkpoint is not committed, or keyed sinks lack the contributions of checkpoints
-    committed before they were kept."""
+    checkpoint is not committed, is beyond the reprocess horizon (exactly_once.ledger.retention),
+    or keyed sinks lack the contributions of checkpoints committed before they were kept."""
     ledger.refuse_if_stalled(dag_run_id)
     ledger.register()
     recovery = ledger.recover()
@@ -36,6 +37,7 @@ def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
             raise NotReprocessable(f"checkpoint {checkpoint.id} read {', '.join(gone)}, a partition an operator reset "
                                    "since (reset-partition: its topic deleted and created again, or another "
                                    "cluster's): the records it read are in no log any more, so it cannot be read again")
+        refuse_beyond_horizon(ledger, rows.cur, checkpoint.id)
         _refuse_unretractable(ledger.config)
         rows.run("open_reprocessing", checkpoint_id=checkpoint.id)
         found = rows.cur.fetchone()

@@ -27,7 +27,8 @@ def markdown() -> str:
     sections += [(f"`{prefix.rstrip('.')}`", prefix, definitions[name])
                  for prefix, name in (("source.", "Source"), ("sinks[].", "Sink"),
                                       ("source.*_reader_schema.", "RegistrySchema"),
-                                      ("dead_letter_budget.", "DeadLetterBudget"))]
+                                      ("dead_letter_budget.", "DeadLetterBudget"),
+                                      ("retention.", "Retention"))]
     parts = [HEADER]
     for title, prefix, model in sections:
         parts.append(f"\n## {title}\n\n| field | type | default | valid values | description |\n"

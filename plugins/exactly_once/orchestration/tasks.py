@@ -17,11 +17,13 @@ from collections.abc import Callable
 from contextlib import closing
 from datetime import datetime
 
+import psycopg2
+
 from exactly_once import faults
 from exactly_once.config import PipelineConfig
-from exactly_once.errors import AttemptFailed, JobFailure, Permanent, PipelineError, is_retryable
+from exactly_once.errors import AttemptFailed, JobFailure, Permanent, PipelineError, error_text, is_retryable
 from exactly_once.kafka_client import KafkaClient
-from exactly_once.ledger import replays, run_refusals
+from exactly_once.ledger import replays, retention, run_refusals
 from exactly_once.ledger.checkpoints import Begun, Outcome, State, TaskTry
 from exactly_once.ledger.holders import holders
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
@@ -252,4 +254,19 @@ def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int, try_s
     outcome = ledger.commit(checkpoint_id, None if try_started is None else TaskTry(try_number, try_started))
     log.info("checkpoint %s: %s", checkpoint_id, outcome.value)
     faults.point("commit_task.after_commit")  # committed, but the task has not reported success
+    prune_a_step(ledger)
     return outcome
+
+
+def prune_a_step(ledger: Ledger) -> None:
+    """One step of the pipeline's retention (exactly_once.ledger.retention), after its commit.
+    The checkpoint is committed whatever happens here, so a failure is logged, not raised:
+    the next run's step does what this one did not."""
+    try:
+        pruned = retention.prune(ledger)
+    except psycopg2.Error as error:
+        log.warning("pipeline %s: retention's step failed and is left to the next run: %s",
+                    ledger.config.name, error_text(str(error)))
+        return
+    if not pruned.idle:
+        log.info("pipeline %s: retention %s", ledger.config.name, pruned)

@@ -58,6 +58,15 @@ class Keyed:
                                                                    folded_columns))])
         return self._statement("forget", sink, tables, sql.SQL("")), put
 
+    def fold(self, sink, tables: SinkTables) -> sql.Composed:
+        """Retention's fold of the contributions of checkpoints %(folded)s into the base
+        checkpoint's (%(base)s): one per key, what a recompute would make of them."""
+        picked = sql.SQL("checkpoint_id = ANY(%(folded)s) OR (checkpoint_id = %(base)s AND ({keys}) IN "
+                         "(SELECT {keys} FROM {contributions} WHERE checkpoint_id = ANY(%(folded)s)))").format(
+            keys=names(sink.keys), contributions=tables.contributions)
+        return self._statement("fold", sink, tables,
+                               self.folded(sink, tables.contributions, picked, [*tables.columns, *self.marks(sink)]))
+
     def _statement(self, name: str, sink, tables: SinkTables, folded: sql.Composable) -> sql.Composed:
         columns = self.contribution_columns(sink, tables.columns)
         return sql.SQL(named("merge/keyed.sql")[name]).format(

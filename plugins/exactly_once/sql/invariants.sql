@@ -73,12 +73,14 @@ WHERE e.covered < e.frontier
 
 -- name: precommitted_left_behind
 -- Every run's recovery commits what is pre-committed, so a checkpoint begun after
--- another's pre-commit leaves none behind.
+-- another's pre-commit leaves none behind. (The retention base is no run's: a fold creates
+-- it, with no recovery before.)
 SELECT format('checkpoint %%s is still pre-committed (since %%s), but checkpoint %%s began after it',
               p.id, p.precommitted_at, max(later.id))
 FROM exactly_once.checkpoints p
 JOIN exactly_once.checkpoints later
   ON later.pipeline = p.pipeline AND later.created_at > p.precommitted_at
+     AND later.dag_run_id <> 'exactly_once:retention-base'
 WHERE p.pipeline = %(pipeline)s AND p.state = 'precommitted'
 GROUP BY p.id, p.precommitted_at;
 

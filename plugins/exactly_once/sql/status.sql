@@ -27,6 +27,7 @@ LEFT JOIN exactly_once.checkpoint_ranges r
        ON r.checkpoint_id = coalesce(c.replays, c.id) AND r.to_offset > r.from_offset
 WHERE c.pipeline = %(pipeline)s
   AND (NOT %(open_only)s OR c.state IN ('planned', 'running', 'stalled', 'precommitted'))
+  AND c.dag_run_id <> 'exactly_once:retention-base'  -- no run's: what retention folded (sql/retention.sql)
 GROUP BY c.id
 ORDER BY c.id DESC
 LIMIT %(limit)s;

@@ -1,8 +1,10 @@
 -- Bad records of a checkpoint, committed with its sinks.
 
 -- name: promote
-INSERT INTO exactly_once.dead_letters (pipeline, topic, partition, "offset", key, value, reason, checkpoint_id)
-SELECT pipeline, topic, partition, "offset", key, value, reason, checkpoint_id
+-- Committed when the checkpoint is, by the ledger's clock: what their retention counts from.
+INSERT INTO exactly_once.dead_letters (pipeline, topic, partition, "offset", key, value, reason, checkpoint_id,
+                                       committed_at)
+SELECT pipeline, topic, partition, "offset", key, value, reason, checkpoint_id, %(now)s
 FROM exactly_once.staging_dead_letters
 WHERE checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s
 

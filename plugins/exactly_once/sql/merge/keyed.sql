@@ -29,3 +29,14 @@ ON CONFLICT ({keys}) DO UPDATE SET {take_new};
 {tombstoned}DELETE FROM {final} f
 WHERE ({keys}) IN (SELECT {keys} FROM pg_temp.affected_keys)
   AND NOT EXISTS (SELECT FROM {contributions} c WHERE {same_keys})
+
+-- name: fold
+-- Retention (plugins/exactly_once/ledger/retention.py): the contributions of the checkpoints
+-- %(folded)s, with the base checkpoint's of the keys they touch, become one base contribution
+-- per key: their fold, which is what a recompute would make of them.
+DROP TABLE IF EXISTS pg_temp.base_contributions;
+CREATE TEMP TABLE base_contributions ON COMMIT DROP AS {folded};
+DELETE FROM {contributions} c
+WHERE c.checkpoint_id = ANY(%(folded)s)
+   OR (c.checkpoint_id = %(base)s AND ({keys}) IN (SELECT {keys} FROM pg_temp.base_contributions));
+INSERT INTO {contributions} ({kept}, checkpoint_id) SELECT b.*, %(base)s FROM pg_temp.base_contributions b
