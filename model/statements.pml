@@ -286,10 +286,8 @@ inline plan_reprocessing(own) {
         :: j < checkpoints -> if :: cp[j].dag_run == own -> c = j :: else -> skip fi; j++   /* open_reprocessing, this run's */
         :: else -> break
         od;
-        if   /* a retry: the horizon is checked first, so one that passed refuses it (the reprocessing stays open) */
-        :: c != NOBODY && cp[cp[c].replays - 1].beyond -> c = NOBODY
-        :: else -> skip
-        fi;
+        /* a retry finds its open reprocessing before the horizon is checked: begun inside it, it
+           goes on, and no fold takes its checkpoint while it is open */
         if
         :: c == NOBODY ->
            j = 0;   /* the checkpoint it names: the first committed one (with retention, any) */

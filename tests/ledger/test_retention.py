@@ -68,27 +68,31 @@ def committed_ranges(pipeline: Pipeline) -> list[tuple]:
 
 @pytest.fixture
 def aged(ledger_db, kafka_servers, topic):
-    """Four checkpoints committed half an hour apart, the clock ten minutes after the last."""
+    """Four checkpoints committed half an hour apart, the first followed at once by an empty
+    run's (which keeps no contribution: nothing to take back), the clock ten minutes after the
+    last."""
     clock = Clock()
     pipeline = Pipeline(ledger_db, kafka_servers, topic, clock=clock, retention=RETENTION)
-    ids = []
+    ids, empty = [], None
     for first in (0, 1000, 2000, 3000):
         pipeline.produce(workload(first))
         ids.append(pipeline.run_once())
+        empty = empty or pipeline.run_once()
         clock.advance(STEP)
     clock.advance(-STEP + timedelta(minutes=10))
-    return pipeline, clock, ids
+    return pipeline, clock, ids, empty
 
 
 def test_a_fold_changes_no_table_a_reprocessing_inside_the_horizon_is_exact_and_beyond_it_is_refused(aged):
-    pipeline, clock, (first, second, third, fourth) = aged
+    pipeline, clock, (first, second, third, fourth), empty = aged
     before = pipeline.actual()
-    # The commits pruned a step each: the first checkpoint was beyond the horizon at the fourth's commit.
-    assert folded(pipeline) == {first: True, second: False, third: False, fourth: False}
+    # The commits pruned a step each (a checkpoint at most): the first was beyond the horizon at the fourth's commit.
+    assert folded(pipeline) == {first: True, empty: False, second: False, third: False, fourth: False}
     steps = prune_all(pipeline.ledger)
-    assert sum(step.folded for step in steps) == 1 and folded(pipeline)[second]  # committed 1 h 40 min ago
-    [(base,)] = query(pipeline, "SELECT id FROM exactly_once.checkpoints WHERE pipeline = %s "
-                                "AND dag_run_id = 'exactly_once:retention-base'", pipeline.config.name)
+    assert sum(step.folded for step in steps) == 2 and folded(pipeline)[empty] and folded(pipeline)[second]
+    [(base, kept)] = query(pipeline, "SELECT id, contributions_kept FROM exactly_once.checkpoints WHERE pipeline = %s "
+                                     "AND dag_run_id = 'exactly_once:retention-base'", pipeline.config.name)
+    assert kept  # the empty run kept none, and had nothing to keep
     assert contributions_of(pipeline) == {base, third, fourth}
     ranges = committed_ranges(pipeline)
     assert [r for r in ranges if r[0] == base] == [(base, p, 0, to) for c, p, _, to in ranges
@@ -97,7 +101,7 @@ def test_a_fold_changes_no_table_a_reprocessing_inside_the_horizon_is_exact_and_
     assert pipeline.actual() == before
     pipeline.assert_exact()
 
-    reprocess(pipeline, fixed(pipeline, clock), third, "run3")
+    reprocess(pipeline, fixed(pipeline, clock), third, "run4")
     assert_latest_logic(pipeline, {third})
     for beyond in (first, second, base):
         with pytest.raises(NotReprocessable, match=r"reprocess horizon \(retention.reprocess_horizon: PT1H"):
@@ -122,16 +126,16 @@ def assert_v2_within(pipeline: Pipeline, ranges: list, dead_letters_from: list |
 
 
 def test_beyond_the_history_the_folded_checkpoints_are_gone_and_every_record_still_counts_once(aged):
-    pipeline, clock, (first, second, third, fourth) = aged
+    pipeline, clock, (first, second, third, fourth), empty = aged
     v2 = fixed(pipeline, clock)
-    reprocess(pipeline, v2, fourth, "run4")
+    reprocess(pipeline, v2, fourth, "run5")
     fourth_ranges = list(pipeline.ledger.checkpoint(fourth).ranges)
     clock.advance(timedelta(hours=5))
     steps = prune_all(pipeline.ledger)
-    # The reprocessing's commit folded the second (the first was already): the third and fourth are left.
-    assert sum(step.folded for step in steps) == 2 and sum(step.deleted for step in steps) == 5
+    # The reprocessing's commit folded the empty one (the first was already): three are left.
+    assert sum(step.folded for step in steps) == 3 and sum(step.deleted for step in steps) == 6
     assert sum(step.dead_letters for step in steps) == 8  # two bad records per checkpoint
-    assert folded(pipeline) == {}  # the four and the reprocessing, with their attempts and ranges
+    assert folded(pipeline) == {}  # the five and the reprocessing, with their attempts and ranges
     assert query(pipeline, "SELECT count(*) FROM exactly_once.attempts a JOIN exactly_once.checkpoints k "
                            "ON k.id = a.checkpoint_id WHERE k.pipeline = %s", pipeline.config.name) == [(0,)]
     assert_v2_within(pipeline, fourth_ranges, dead_letters_from=[])
@@ -142,12 +146,12 @@ def test_beyond_the_history_the_folded_checkpoints_are_gone_and_every_record_sti
     fifth = pipeline.run_once()
     fifth_ranges = list(pipeline.ledger.checkpoint(fifth).ranges)
     assert_v2_within(pipeline, fourth_ranges, dead_letters_from=fifth_ranges)
-    reprocess(pipeline, v2, fifth, "run5")
+    reprocess(pipeline, v2, fifth, f"run{pipeline._runs}")
     assert_v2_within(pipeline, fourth_ranges + fifth_ranges, dead_letters_from=fifth_ranges)
 
 
 def test_a_fold_waits_for_no_commit_and_folds_no_checkpoint_whose_reprocessing_is_open(aged, ledger_db):
-    pipeline, clock, (first, second, third, fourth) = aged
+    pipeline, clock, (first, second, third, fourth), empty = aged
     steps = Steps(ledger_db)
     try:
         racing = Pipeline(ledger_db, pipeline.servers, pipeline.topic, connect=steps.connect, clock=clock,
@@ -155,7 +159,7 @@ def test_a_fold_waits_for_no_commit_and_folds_no_checkpoint_whose_reprocessing_i
         racing.produced = pipeline.produced
         racing.produce(workload(4000))
         with KafkaOffsets(KafkaClient.at(racing.servers)) as kafka:
-            begun = tasks.begin_checkpoint(racing.ledger, kafka, "run5", None, None)
+            begun = tasks.begin_checkpoint(racing.ledger, kafka, "run6", None, None)
         tasks.run_increment(racing.ledger, begun.checkpoint.id, racing.driver.execute)
         # A commit holds the pipeline's commit lock (paused before its transaction commits): the
         # fold skips its step at once rather than wait, and folds nothing.
@@ -170,7 +174,7 @@ def test_a_fold_waits_for_no_commit_and_folds_no_checkpoint_whose_reprocessing_i
         v2 = fixed(pipeline, clock)
         pipeline.driver.ledger, pipeline.driver.row_of = v2, row_of_v2
         with KafkaOffsets(KafkaClient.at(pipeline.servers)) as kafka:
-            reprocessing = tasks.begin_checkpoint(v2, kafka, "run3", None, None, reprocess=True)
+            reprocessing = tasks.begin_checkpoint(v2, kafka, "run4", None, None, reprocess=True)
         clock.advance(timedelta(minutes=30))  # the third is beyond the horizon now
         prune_all(pipeline.ledger)
         assert folded(pipeline)[third] is False and folded(pipeline)[second] is True

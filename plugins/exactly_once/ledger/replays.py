@@ -37,12 +37,12 @@ def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
             raise NotReprocessable(f"checkpoint {checkpoint.id} read {', '.join(gone)}, a partition an operator reset "
                                    "since (reset-partition: its topic deleted and created again, or another "
                                    "cluster's): the records it read are in no log any more, so it cannot be read again")
-        refuse_beyond_horizon(ledger, rows.cur, checkpoint.id)
         _refuse_unretractable(ledger.config)
         rows.run("open_reprocessing", checkpoint_id=checkpoint.id)
         found = rows.cur.fetchone()
-        if found is not None:
+        if found is not None:  # begun inside the horizon: no fold takes the checkpoint while it is open
             return Begun(rows.checkpoint(found[0]), recovery, new=False)
+        refuse_beyond_horizon(ledger, rows.cur, checkpoint.id)
         _refuse_inexact(rows)
         now = ledger.now()
         rows.run("insert_reprocessing", checkpoint_id=checkpoint.id, dag_run_id=dag_run_id,

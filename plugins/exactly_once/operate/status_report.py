@@ -13,6 +13,7 @@ from exactly_once.dead_letter_budget import BREACH
 from exactly_once.ledger import run_refusals
 from exactly_once.ledger.planning import describe_ranges, replaced
 from exactly_once.ledger.run_refusals import Refusal
+from exactly_once.publishing.progress import OutboxMismatch
 
 if TYPE_CHECKING:  # only their attributes are read: status.py, which prints the report, reads them
     from exactly_once.operate.status import Backlog, CheckpointSummary, PartitionLag, PipelineStatus, Stall
@@ -75,6 +76,10 @@ def render_refusal(pipeline: str, refusal: Refusal) -> str:
                        f"exactly_once publish {pipeline}`, or the next run), or move the row to the outbox's dead "
                        f"letters: `python -m exactly_once.operate.stalls dead-letter-output {pipeline} "
                        f"{refusal.sink} --reason WHY`")
+        elif refusal.error.startswith(f"{OutboxMismatch.__name__}:"):
+            way_out = ("the database does not hold what Kafka's progress names (restored from a backup?): compare "
+                       "the topic with the outbox and skip what the topic holds, then publish again (the docs' "
+                       "Restore from a backup page, \"Kafka sinks after a restore\")")
         else:
             way_out = ("fix the cause (the topic, the publisher's rights) and publish again (`python -m exactly_once "
                        f"publish {pipeline}`, or the next run)")

@@ -264,7 +264,7 @@ def prune_a_step(ledger: Ledger) -> None:
     the next run's step does what this one did not."""
     try:
         pruned = retention.prune(ledger)
-    except psycopg2.Error as error:
+    except (psycopg2.Error, ValueError) as error:  # ValueError: a sink's final table lacks its keys
         log.warning("pipeline %s: retention's step failed and is left to the next run: %s",
                     ledger.config.name, error_text(str(error)))
         return

@@ -61,11 +61,13 @@ class Keyed:
     def fold(self, sink, tables: SinkTables) -> sql.Composed:
         """Retention's fold of the contributions of checkpoints %(folded)s into the base
         checkpoint's (%(base)s): one per key, what a recompute would make of them."""
-        picked = sql.SQL("checkpoint_id = ANY(%(folded)s) OR (checkpoint_id = %(base)s AND ({keys}) IN "
-                         "(SELECT {keys} FROM {contributions} WHERE checkpoint_id = ANY(%(folded)s)))").format(
-            keys=names(sink.keys), contributions=tables.contributions)
-        return self._statement("fold", sink, tables,
-                               self.folded(sink, tables.contributions, picked, [*tables.columns, *self.marks(sink)]))
+        missing = set(sink.keys) - set(tables.columns)
+        if missing:  # a fold without them would match every key (sql/merge/keyed.sql)
+            raise ValueError(f"sink {sink.name!r}: its final table {sink.table} lacks its key column(s) "
+                             f"{sorted(missing)}")
+        picked = self._statement("picked", sink, tables, sql.SQL(""))
+        return self._statement("fold", sink, tables, self.folded(sink, picked, sql.SQL("true"),
+                                                                 [*tables.columns, *self.marks(sink)]))
 
     def _statement(self, name: str, sink, tables: SinkTables, folded: sql.Composable) -> sql.Composed:
         columns = self.contribution_columns(sink, tables.columns)

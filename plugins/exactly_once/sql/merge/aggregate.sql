@@ -3,7 +3,7 @@
 -- forever, which the ledger prevents. plugins/exactly_once/sinks/aggregate.py.
 
 -- name: folded
--- Per group, the measures of {source}'s rows that {where} picks, folded.
+-- Per group, the measures of the source's rows that the condition picks, folded.
 SELECT {keys}, {folded_measures}
 FROM {source}
 WHERE {where}

@@ -32,11 +32,20 @@ WHERE ({keys}) IN (SELECT {keys} FROM pg_temp.affected_keys)
 
 -- name: fold
 -- Retention (plugins/exactly_once/ledger/retention.py): the contributions of the checkpoints
--- %(folded)s, with the base checkpoint's of the keys they touch, become one base contribution
--- per key: their fold, which is what a recompute would make of them.
+-- %(folded)s, with the base checkpoint's (%(base)s) of the keys they touch, become one base
+-- contribution per key: their fold (of what `picked` reads), which is what a recompute would
+-- make of them. The base's rows are found by key (the contributions' index of the keys), not
+-- read whole: the base holds a row of every key the sink ever had.
+DROP TABLE IF EXISTS pg_temp.folded_keys;
+CREATE TEMP TABLE folded_keys ON COMMIT DROP AS
+SELECT DISTINCT {keys} FROM {contributions} WHERE checkpoint_id = ANY(%(folded)s);
 DROP TABLE IF EXISTS pg_temp.base_contributions;
 CREATE TEMP TABLE base_contributions ON COMMIT DROP AS {folded};
-DELETE FROM {contributions} c
-WHERE c.checkpoint_id = ANY(%(folded)s)
-   OR (c.checkpoint_id = %(base)s AND ({keys}) IN (SELECT {keys} FROM pg_temp.base_contributions));
+DELETE FROM {contributions} WHERE checkpoint_id = ANY(%(folded)s);
+DELETE FROM {contributions} c USING pg_temp.folded_keys f WHERE c.checkpoint_id = %(base)s AND {same_keys};
 INSERT INTO {contributions} ({kept}, checkpoint_id) SELECT b.*, %(base)s FROM pg_temp.base_contributions b
+
+-- name: picked
+(SELECT * FROM {contributions} WHERE checkpoint_id = ANY(%(folded)s)
+ UNION ALL
+ SELECT c.* FROM {contributions} c JOIN pg_temp.folded_keys f ON {same_keys} WHERE c.checkpoint_id = %(base)s) AS picked

@@ -13,7 +13,7 @@
 -- record committed later that it comes too late.
 
 -- name: newest
--- Per key, the newest of {source}'s rows that {where} picks (and whether it is a tombstone,
+-- Per key, the newest of the source's rows that the condition picks (and whether it is a tombstone,
 -- for a sink that takes them: its columns then end with kafka_tombstone).
 SELECT DISTINCT ON ({keys}) {columns}
 FROM {source}
