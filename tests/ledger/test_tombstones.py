@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from contextlib import closing
+from datetime import timedelta
 
 import psycopg2
 import pytest
@@ -20,13 +21,15 @@ from psycopg2.extras import execute_values
 
 from exactly_once.config import load_config
 from exactly_once.kafka_columns import KAFKA_TOMBSTONE
-from exactly_once.ledger import replays
+from exactly_once.ledger import replays, retention
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.refusals import NotReprocessable
 from exactly_once.ledger.tables import DEAD_LETTERS, contributions_table, qualified, staging_table, tombstones_index
 from exactly_once.sqlfiles import text
 from tests import oracle
 from tests.ledger.harness import Driver, Pipeline, order, query
+from tests.ledger.machine import Clock
 from tests.oracle import Record
 
 PARTITION = {"apple": 0, "pear": 1, "fig": 2, "plum": 0}  # each key lives in one partition
@@ -38,15 +41,19 @@ class Upserts:
     kafka_offset; ordered by offset), with what each committed checkpoint (or its latest
     reprocessing) read, for the oracle."""
 
-    def __init__(self, db_url: str, servers: str, topic: str, sink_name: str = "latest", keep_all: bool = False):
+    def __init__(self, db_url: str, servers: str, topic: str, sink_name: str = "latest", keep_all: bool = False,
+                 **options):
+        """`options`: the ledger's clock, the pipeline's retention."""
         pipeline = Pipeline(db_url, servers, topic)
         dumped = pipeline.config.model_dump()
         sinks = [{**s, "name": sink_name} if s["name"] == "latest" else s for s in dumped["sinks"]
                  if keep_all or s["name"] == "latest"]
         source = {**dumped["source"], "value_schema": {"id": "string", "n": "bigint"}, "key_format": "string",
                   "key_schema": {"k": "string"}, "tombstones": "delete"}
-        pipeline.config = load_config({**dumped, "source": source, "sinks": sinks})
-        pipeline.ledger = Ledger(pipeline.config, pipeline.ledger.connect)
+        retention = {"retention": options["retention"]} if "retention" in options else {}
+        pipeline.config = load_config({**dumped, "source": source, "sinks": sinks, **retention})
+        clock = {"clock": options["clock"]} if "clock" in options else {}
+        pipeline.ledger = Ledger(pipeline.config, pipeline.ledger.connect, **clock)
         pipeline.driver = Driver(pipeline.ledger, servers, db_url)
         self.pipeline, self.ledger, self.sink = pipeline, pipeline.ledger, pipeline.config.sink(sink_name)
         self.read: dict[int, list[Record]] = {}       # per checkpoint planned, the records of its ranges
@@ -183,6 +190,37 @@ def test_a_reprocessing_replays_a_tombstone_and_one_without_it_brings_the_row_ba
     upserts.reprocess(deleting, "back", keep=lambda record: record.key != b"pear")  # the tombstone again; no pear
     upserts.assert_exact()
     assert "apple" not in upserts.table() and upserts.table()["pear"][0] == 1
+
+
+def test_a_tombstone_folded_into_the_base_still_keeps_an_older_record_committed_later_out(ledger_db, kafka_servers,
+                                                                                          topic):
+    """Retention (exactly_once.ledger.retention) folds the tombstone's checkpoint into the
+    base: the base keeps it as its key's newest contribution, so an older record of the key,
+    committed after the fold, still comes too late, and a reprocessing of that record's
+    checkpoint (inside the horizon) recomputes the key from the base: no row."""
+    clock = Clock()
+    upserts = Upserts(ledger_db, kafka_servers, topic, clock=clock,
+                      retention={"reprocess_horizon": "PT1H", "history": "PT3H", "dead_letters": None, "batch": 10})
+    older = upserts.plan([("apple", 1), ("pear", 1)])
+    deleting = upserts.plan([("apple", GONE), ("fig", 2)])
+    upserts.pre_commit(older)
+    upserts.pre_commit(deleting)
+    upserts.commit(deleting)
+    clock.advance(timedelta(hours=2))
+    retention.prune(upserts.ledger)
+    assert query(ledger_db, "SELECT folded_at IS NOT NULL FROM exactly_once.checkpoints WHERE id = %s",
+                 deleting) == [(True,)]
+    contributions = qualified(contributions_table(upserts.pipeline.config, upserts.sink))
+    assert query(ledger_db, f"SELECT k, kafka_tombstone FROM {contributions} ORDER BY k") == [
+        ("apple", True), ("fig", False)]  # the base's: the deleting checkpoint's, folded
+
+    upserts.commit(older)
+    upserts.assert_exact()
+    assert upserts.table().keys() == {"pear", "fig"}
+    upserts.reprocess(older, "again")
+    upserts.assert_exact()
+    with pytest.raises(NotReprocessable, match="reprocess horizon"):
+        upserts.reprocess(deleting, "refused")
 
 
 def columns_of(db_url: str, table) -> dict[str, tuple]:
