@@ -13,6 +13,7 @@ from exactly_once.ledger.refusals import NotReprocessable
 from exactly_once.ledger.registration import final_columns
 from exactly_once.ledger.retention import refuse_beyond_horizon
 from exactly_once.ledger.rows import LedgerRows
+from exactly_once.sinks import keeps_contributions
 
 
 def reprocess(ledger: Ledger, checkpoint_id: int, dag_run_id: str) -> Begun:
@@ -65,7 +66,7 @@ def _refuse_inexact(rows: LedgerRows) -> None:
     (no NULL equals another, so its rows could be found neither to take back nor to
     recompute), or checkpoints whose contributions were not kept."""
     config = rows.config
-    keyed = [s for s in config.sinks if s.strategy.contribution_columns(s, []) is not None]
+    keyed = [s for s in config.sinks if keeps_contributions(s)]
     columns = final_columns(rows)
     nullable = [f"{s.name}.{c.name}" for s in keyed for c in columns[s.name] if c.name in s.keys and not c.not_null]
     if nullable:

@@ -27,13 +27,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
 
 from exactly_once.ledger.access import LedgerAccess
 from exactly_once.ledger.refusals import NotReprocessable
+from exactly_once.sinks import keeps_contributions
 from exactly_once.sqlfiles import named
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def _fold(ledger: LedgerAccess, horizon, batch: int, now) -> tuple[int, bool]:
         params = {"pipeline": pipeline, "folded": [checkpoint_id for checkpoint_id, _ in found],
                   "kept": all(kept for _, kept in found), "base": rows.cur.fetchone()[0], "now": now}
         for sink in ledger.config.sinks:
-            if sink.strategy.contribution_columns(sink, []) is not None:
+            if keeps_contributions(sink):
                 rows.cur.execute(sink.strategy.fold(sink, rows.sink_tables(sink)), params)
         rows.cur.execute(Q["fold_ranges"], params)
         rows.cur.execute(Q["mark_folded"], params)

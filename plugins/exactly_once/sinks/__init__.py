@@ -102,6 +102,12 @@ def mode_of(name: str) -> SinkMode:
     return _REGISTRY.get(name)
 
 
+def keeps_contributions(sink: Sink) -> bool:
+    """Whether the sink's mode keeps each checkpoint's contribution (upsert, aggregate): what a
+    reprocessing recomputes from and retention folds."""
+    return sink.strategy.contribution_columns(sink, []) is not None
+
+
 def require_columns(rows: DataFrame, sink: Sink, columns: Iterable[str]) -> None:
     """ConfigError (no retry fixes a transform) if the transformed rows lack a column the sink needs."""
     missing = sorted(set(columns) - set(rows.columns))
