@@ -1,5 +1,6 @@
-"""Record isolation's bisection, pure: it finds exactly the offsets whose records fail on
-their own, within its limits, and says so when none does."""
+"""Record isolation, pure: the bisection and the search by failed tasks find exactly the
+offsets whose records fail on their own, within their limits, and say so when none does;
+and Spark puts each piece in the partition of its index."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import psycopg2
 import pytest
 
 from exactly_once.ledger.planning import OffsetRange
-from exactly_once.spark.isolation import NotIsolated, halves, narrow, size
+from exactly_once.spark.isolation import (Located, NotIsolated, Unlocated, halves, locate_failing, narrow, pieces, size,
+                                          without)
 from exactly_once.sqlstates import record_failure
 
 RANGES = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 40, 47), OffsetRange("t", 2, 5, 5)]
@@ -68,3 +70,102 @@ def test_only_errors_a_record_can_cause_are_narrowed(ledger_db):
         with psycopg2.connect(ledger_db) as conn, conn.cursor() as cur:
             cur.execute("SELECT * FROM no_such_table")
     assert record_failure(missing.value) is None  # 42P01: not a record's doing
+
+
+def locator(bad: dict[tuple[int, int], str], calls: list | None = None, unlocated: bool = False):
+    """A located probe as Spark runs one on local[2]: its tasks run in order, two at a time,
+    and the job stops at the first piece holding a bad offset (that task and the one beside
+    it named failed and not run); the tasks before it passed."""
+    def locate(split):
+        if calls is not None:
+            calls.append(split)
+        failing = [i for i, part in enumerate(split) if prober(bad)(part)]
+        if not failing:
+            return None
+        if unlocated:
+            raise Unlocated(prober(bad)(split[failing[0]]))
+        first = failing[0]
+        return Located(frozenset({first}), frozenset(range(first)), prober(bad)(split[first]))
+    return locate
+
+
+def test_pieces_split_the_offsets_evenly_and_keep_every_offset_once():
+    split = pieces(RANGES, 4)
+    assert [size(p) for p in split] == [26, 27, 27, 27]
+    assert split[3] == [OffsetRange("t", 0, 80, 100), OffsetRange("t", 1, 40, 47)]
+    offsets = [(r.partition, o) for p in split for r in p for o in range(r.start, r.end)]
+    assert offsets == [(r.partition, o) for r in RANGES for o in range(r.start, r.end)]
+    few = pieces(RANGES[1:], 10)  # 7 offsets: 3 pieces are empty
+    assert len(few) == 10 and sorted(size(p) for p in few) == [0, 0, 0, 1, 1, 1, 1, 1, 1, 1]
+
+
+def test_without_takes_out_exactly_the_offsets_taken():
+    left = without(RANGES, [OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 40, 47)])
+    assert left == [OffsetRange("t", 0, 0, 10), OffsetRange("t", 0, 20, 100), OffsetRange("t", 2, 5, 5)]
+
+
+def test_located_isolation_finds_exactly_the_failing_offsets_in_a_few_jobs_a_record():
+    bad = {(0, 0): "first", (0, 57): "middle", (1, 46): "last"}
+    located, probed = [], []
+    found = locate_failing(RANGES, locator(bad, located), prober(bad, probed), k=4)
+    assert found == {OffsetRange("t", p, o, o + 1): why for (p, o), why in bad.items()}
+    assert probed == []  # each record failed in a task of its own
+    assert len(located) <= 3 * (4 + 1)  # log4(107) levels a record, and the rest once each
+    one, calls = [], []
+    big = [OffsetRange("t", 0, 0, 1_000_000)]
+    assert locate_failing(big, locator({(0, 765_432): "bad"}, one), prober({(0, 765_432): "bad"}, calls)) == {
+        OffsetRange("t", 0, 765_432, 765_433): "bad"}
+    assert len(one) == 5 + 1 and calls == []  # 5 levels of 16 pieces, then the rest passes
+
+
+def test_a_job_that_already_failed_is_taken_for_the_first_and_a_record_named_with_another_is_probed_alone():
+    bad = {(0, 57): "middle", (0, 58): "next"}
+    located, probed = [], []
+
+    def both(split):  # the two records' tasks fail together
+        located.append(split)
+        failing = [i for i, part in enumerate(split) if prober(bad)(part)]
+        return Located(frozenset(failing), frozenset(), "either") if failing else None
+    write = [[OffsetRange("t", 0, 0, 50)], [OffsetRange("t", 0, 50, 100)], RANGES[1:]]
+    found = locate_failing(RANGES, both, prober(bad, probed), k=64,
+                           first=(write, Located(frozenset({1}), frozenset({0}), "middle")))
+    assert found == {OffsetRange("t", p, o, o + 1): why for (p, o), why in bad.items()}
+    assert located[0] == [[OffsetRange("t", 0, o, o + 1)] for o in range(50, 100)]  # the write's piece, at once
+    assert sorted(p[0].start for p in probed) == [57, 58]
+    assert OffsetRange("t", 0, 0, 50) not in [r for split in located for part in split for r in part]
+
+
+def test_a_failure_no_task_names_is_bisected():
+    bad = {(0, 57): "middle"}
+    assert locate_failing(RANGES, locator(bad, unlocated=True), prober(bad)) == {OffsetRange("t", 0, 57, 58): "middle"}
+
+
+def test_located_isolation_finds_nothing_for_a_failure_no_single_record_reproduces():
+    def together(split):  # fails whenever offsets 3 and 4 of partition 0 are in one piece
+        for i, part in enumerate(split):
+            if any(r.partition == 0 and r.start <= 3 and r.end >= 5 for r in part):
+                return Located(frozenset({i}), frozenset(), "two together")
+        return None
+    assert locate_failing(RANGES, together, lambda part: None, k=4) == {}
+
+
+def test_located_isolation_keeps_its_limits():
+    with pytest.raises(NotIsolated, match=r"more than 3 records"):
+        bad = {(0, o): "bad" for o in range(0, 40, 4)}
+        locate_failing(RANGES, locator(bad), prober(bad), k=4, max_isolated=3)
+    with pytest.raises(NotIsolated, match="within 3 probes"):
+        locate_failing(RANGES, locator({(0, 99): "bad"}), prober({(0, 99): "bad"}), k=4, max_probes=3)
+
+
+def test_each_piece_lands_in_the_spark_partition_of_its_index(spark):
+    from pyspark.sql import functions as F
+
+    from exactly_once.spark.spread import spread
+
+    records = spark.range(0, 3000).select(F.lit("t").alias("topic"), (F.col("id") % 3).cast("int").alias("partition"),
+                                          F.col("id").alias("offset"), F.lit(None).cast("string").alias("reason"))
+    split = pieces([OffsetRange("t", p, 0, 3000) for p in range(3)], 32)
+    placed = spread(records, split).select("partition", "offset", F.spark_partition_id().alias("task")).collect()
+    assert len(placed) == 3000
+    assert all(any(r.partition == row.partition and r.start <= row.offset < r.end for r in split[row.task])
+               for row in placed)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from exactly_once.catalog import ColumnType
@@ -34,6 +34,15 @@ _REFUSED = "_refused_because"
 _SET_ASIDE = "_set_aside"
 _TOO_LARGE, _RAW, _RAW_KEY, _TOMBSTONE = "_too_large", "_raw_value", "_raw_key", "_tombstone"
 SetAside = Sequence[tuple[OffsetRange, str]]  # offsets whose records go to the dead letters, and why
+
+
+def cache_level(session: SparkSession) -> StorageLevel:
+    """Where an attempt caches what its passes share: in memory and spilled to disk in its
+    own application; on disk only over Spark Connect, whose server's heap every job on it
+    shares (at 5 M records, building the cache in memory took a 1 GiB server's heap and
+    killed it, issue 63). The cache is read by every pass of the write and every probe."""
+    return StorageLevel.DISK_ONLY if type(session).__module__.startswith("pyspark.sql.connect") \
+        else StorageLevel.MEMORY_AND_DISK
 
 
 def in_ranges(ranges: Sequence[OffsetRange]) -> Column:
@@ -160,6 +169,12 @@ class AttemptFrames:
     refused_letters: DataFrame      # the dead letters of records a sink table would refuse
     bad: DataFrame                  # where and why records are bad (not those set aside): for `fail`
     refused: DataFrame              # cached: unpersist when the frames are written
+    checked: DataFrame              # the transformed rows, cached: unpersist with `refused`
+
+    def release(self) -> None:
+        """Drops what the frames cached."""
+        self.refused.unpersist()
+        self.checked.unpersist()
 
     def staging(self, any_refused: bool) -> dict[str, DataFrame]:
         """Every sink's frame and the dead letters under DEAD_LETTERS. Without refusals the
@@ -174,11 +189,10 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
     """What each sink stages from the parsed records, keyed by sink name, and the dead
     letters (with their raw key and value: a transform does not carry them). A row
     refused by one sink's table reaches no sink."""
-    checked = checked_rows(parsed, config, columns)
+    checked = checked_rows(parsed, config, columns).persist(cache_level(parsed.sparkSession))
     # Cached: the dead letters and every sink read it. A transform may make several rows
-    # of one record; a record with one refused row reaches no sink at all. (Caching `checked`
-    # too, so that the transform and the row checks run once, measured no faster: issue 41.)
-    refused = _refused(checked).persist(StorageLevel.MEMORY_AND_DISK)
+    # of one record; a record with one refused row reaches no sink at all.
+    refused = _refused(checked).persist(cache_level(parsed.sparkSession))
     accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
                 .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
     raw = _fitting(parsed, tombstones=False).select("topic", "partition", "offset", "key", "value")
@@ -193,4 +207,4 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
         {sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
                                                [c.name for c in columns[sink.name]])
          for sink in config.sinks},
-        unparsed.select(*letter), refused_raw.select(*letter), bad, refused)
+        unparsed.select(*letter), refused_raw.select(*letter), bad, refused, checked)

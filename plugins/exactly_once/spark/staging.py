@@ -15,9 +15,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
 from exactly_once import ddl, faults
@@ -33,9 +32,10 @@ from exactly_once.ledger.rows import LedgerRows
 from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.copy_writer import write_staging
-from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, checked_rows, in_ranges, parse,
-                                       refused_rows, with_set_aside)
-from exactly_once.spark.isolation import ROWS, NotIsolated, Step, describe, narrow
+from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, cache_level, checked_rows, in_ranges,
+                                       parse, refused_rows, with_set_aside)
+from exactly_once.spark.isolation import ROWS, Located, NotIsolated, Step, Unlocated, describe, locate_failing, narrow
+from exactly_once.spark.spread import FailedTasks, cached_pieces, spread
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
 log = logging.getLogger(__name__)
@@ -91,31 +91,45 @@ class Staging:
         with phase("read"):
             # A checkpoint's first attempt retries an unknown schema id; a later one dead-letters it.
             parsed = parse(records, self.config, self.registry,
-                           retry_unknown_ids=self.attempt == 1).persist(StorageLevel.MEMORY_AND_DISK)
+                           retry_unknown_ids=self.attempt == 1).persist(cache_level(records.sparkSession))
             count = parsed.count()
+        tasks = FailedTasks.of(parsed.sparkSession)
         try:
             for _ in range(self.rounds):
                 try:
                     faults.point("increment.before_write")
-                    with phase("write_staging"):
+                    with phase("write_staging"), tasks.group() if tasks else nullcontext() as group:
                         return count, self.write(with_set_aside(parsed, set_aside), self.attempt)
                 except _Refused as refused:
                     if refused.reason is None:
                         raise refused.__cause__ from None
                     with phase("isolate"):
-                        set_aside += list(self.isolate(parsed, set_aside, refused).items())
+                        located = (tasks, group) if tasks and self._locatable(refused.step) else None
+                        set_aside += list(self.isolate(parsed, set_aside, refused, located).items())
         finally:
             parsed.unpersist()
         raise NotIsolated(f"checkpoint {self.checkpoint_id}: writes kept failing after isolating "
                           + ", ".join(f"{r.topic}[{r.partition}]@{r.start}" for r, _ in set_aside))
 
-    def isolate(self, parsed: DataFrame, set_aside: SetAside, refused: _Refused) -> dict[OffsetRange, str]:
-        """The records that fail on their own, each with why."""
+    def isolate(self, parsed: DataFrame, set_aside: SetAside, refused: _Refused,
+                located: tuple[FailedTasks, str] | None) -> dict[OffsetRange, str]:
+        """The records that fail on their own, each with why: by the tasks that fail where
+        `located` gives the driver's failed tasks and the failed write's job group, else by
+        bisection."""
         self._delete(self.attempt)
         log.warning("checkpoint %s attempt %s: isolating the records that fail: %s", self.checkpoint_id,
                     self.attempt, refused.reason)
-        isolated = narrow(self.ranges, lambda part: self.probe(
-            with_set_aside(parsed.where(in_ranges(part)), set_aside), refused.step))
+
+        def probe(part: list[OffsetRange]) -> str | None:
+            return self.probe(with_set_aside(parsed.where(in_ranges(part)), set_aside), refused.step)
+
+        if located is None:
+            isolated = narrow(self.ranges, probe)
+        else:
+            tasks, group = located
+            isolated = locate_failing(self.ranges, lambda split: self.locate(parsed, set_aside, refused.step, split,
+                                                                             tasks), probe,
+                                      first=self._failed_write(parsed, tasks, group, refused.reason))
         if not isolated:
             raise NotIsolated(f"checkpoint {self.checkpoint_id}: {refused.reason}; no record fails on its own "
                               "(rows of several records together?)") from refused.__cause__
@@ -148,7 +162,7 @@ class Staging:
                 written[name] = self._write_table(name, frame, tag)
                 faults.point(f"increment.wrote.{name}")
         finally:
-            frames.refused.unpersist()
+            frames.release()
         self._trial_promote(tag, [sink.name for sink in self.refusing])
         return written
 
@@ -175,9 +189,38 @@ class Staging:
         except Exception as error:
             raise _Refused(DEAD_LETTERS, error, self.config.transform, ROWS) from error
 
-    def probe(self, parsed: DataFrame, step: Step) -> str | None:
+    def _locatable(self, step: Step) -> bool:
+        """Whether the step runs each record's rows in the Spark task its record is in: the
+        transform and row checks, an append sink's COPY (an aggregate's or upsert's rows are
+        made after a shuffle of their own; a trial runs in the database)."""
+        return step.table is None or (not step.trial and any(
+            sink.name == step.table and sink.mode == "append" for sink in self.config.sinks))
+
+    def _failed_write(self, parsed: DataFrame, tasks: FailedTasks, group: str,
+                      why: str) -> tuple[list[list[OffsetRange]], Located] | None:
+        """The failed write's own tasks as a located probe's: a stage that reads the cached
+        records runs a task per partition of them, in order."""
+        split = cached_pieces(parsed)
+        failed, passed = tasks.outcome(group, len(split))
+        return (split, Located(frozenset(failed), frozenset(passed), why)) if failed else None
+
+    def locate(self, parsed: DataFrame, set_aside: SetAside, step: Step, split: list[list[OffsetRange]],
+               tasks: FailedTasks) -> Located | None:
+        """The step over the pieces at once, piece i in Spark task i: None if it passes, else
+        the pieces whose tasks failed and passed; `Unlocated` if the status store names none."""
+        with tasks.group() as group:
+            why = self.probe(with_set_aside(spread(parsed, split), set_aside), step, one_task=False)
+        if why is None:
+            return None
+        failed, passed = tasks.outcome(group, len(split))
+        if not failed:
+            raise Unlocated(why)
+        return Located(frozenset(failed), frozenset(passed), why)
+
+    def probe(self, parsed: DataFrame, step: Step, one_task: bool = True) -> str | None:
         """Why these records fail at `step`, or None; leaves nothing staged. Only the step is
-        repeated (a transform raising needs no table), its table written by one Spark task."""
+        repeated (a transform raising needs no table), its table written by one Spark task
+        unless `one_task` is false (a located probe's pieces each in a task of their own)."""
         tag = -self.attempt  # never a real attempt's: no commit promotes it, clean-ups delete it
         started = time.monotonic()
         why = None
@@ -185,7 +228,7 @@ class Staging:
             if step.table is None:
                 self._check_rows(parsed)
             else:
-                self._repeat_write(parsed, step, tag)
+                self._repeat_write(parsed, step, tag, one_task)
         except _Refused as refused:
             if refused.reason is None:
                 raise refused.__cause__ from None
@@ -204,7 +247,7 @@ class Staging:
         except Exception as error:
             raise _Refused(DEAD_LETTERS, error, self.config.transform, ROWS) from error
 
-    def _repeat_write(self, parsed: DataFrame, step: Step, tag: int) -> None:
+    def _repeat_write(self, parsed: DataFrame, step: Step, tag: int, one_task: bool) -> None:
         """A table's COPY of these records, each table in one Spark task; for a trial, every
         refusing sink's up to the step's, promoted on trial in the write's order (a foreign
         key between sinks sees the rows before it)."""
@@ -216,9 +259,9 @@ class Staging:
         try:
             staging = frames.staging(any_refused=True)
             for name in tables:
-                self._write_table(name, staging[name].coalesce(1), tag)
+                self._write_table(name, staging[name].coalesce(1) if one_task else staging[name], tag)
         finally:
-            frames.refused.unpersist()
+            frames.release()
         if step.trial:
             self._trial_promote(tag, tables)
 

@@ -1,0 +1,128 @@
+"""Pieces of a checkpoint's records, each in a Spark task of its own, so that the task a
+failure names says which piece failed (record isolation's `locate`,
+exactly_once.spark.isolation).
+
+Spark puts a row of `repartition(n, column)` in the partition pmod(Murmur3(column, 42), n),
+and runs partition i in the stage's task of index i. Each piece gets a label whose hash lands
+in a partition of its own, so task i holds piece i and nothing else; the driver's status
+store says which tasks failed (`FailedTasks`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from exactly_once.ledger.planning import OffsetRange
+from exactly_once.spark.frames import in_ranges
+
+_MASK = 0xFFFFFFFF
+_SEED = 42  # Spark's HashPartitioning hashes with Murmur3Hash's default seed
+_PIECE = "_piece"
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK
+
+
+def murmur3_int(value: int, seed: int = _SEED) -> int:
+    """Spark's Murmur3_x86_32.hashInt: what `F.hash` of an int column gives."""
+    k1 = _rotl((value & _MASK) * 0xCC9E2D51 & _MASK, 15) * 0x1B873593 & _MASK
+    h1 = (_rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & _MASK
+    h1 ^= 4  # the input's length in bytes
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & _MASK
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def labels(n: int) -> list[int]:
+    """For each of n partitions, an int that `repartition(n, column)` puts there."""
+    found: dict[int, int] = {}
+    value = 0
+    while len(found) < n:
+        found.setdefault(murmur3_int(value) % n, value)
+        value += 1
+    return [found[p] for p in range(n)]
+
+
+def spread(parsed: DataFrame, split: Sequence[Sequence[OffsetRange]]) -> DataFrame:
+    """The records of the pieces, piece i in Spark partition i (no other record)."""
+    named = labels(len(split))
+    piece = F.lit(None).cast("int")
+    for i, part in reversed(list(enumerate(split))):
+        piece = F.when(in_ranges(part), F.lit(named[i])).otherwise(piece)
+    # Spark pushes filters down through a repartition, so a filter of the transform that
+    # calls a UDF would run in the task that read the records, not in the piece's. The reason
+    # computed after it by a non-deterministic expression (the same reason in any partition;
+    # Spark folded a random number's test away) stops them: every step filters on it.
+    kept = F.when(F.spark_partition_id() >= 0, F.col("reason"))
+    return (parsed.where(in_ranges([r for part in split for r in part])).withColumn(_PIECE, piece)
+            .repartition(len(split), _PIECE).drop(_PIECE).withColumn("reason", kept))
+
+
+def cached_pieces(parsed: DataFrame) -> list[list[OffsetRange]]:
+    """The offsets of each partition of the cached records, by partition index: the pieces a
+    job's tasks over them read (a Kafka range's records are split into contiguous chunks)."""
+    pieces: list[list[OffsetRange]] = [[] for _ in range(parsed.rdd.getNumPartitions())]
+    held = parsed.groupBy(F.spark_partition_id().alias("p"), "topic", "partition").agg(
+        F.min("offset").alias("first"), F.max("offset").alias("last"))
+    for row in sorted(held.collect()):
+        pieces[row.p].append(OffsetRange(row.topic, row.partition, row.first, row.last + 1))
+    return pieces
+
+
+class FailedTasks:
+    """Which tasks of a job failed, asked of the driver's status store: a failed job's error
+    does not say (Spark 4 raises the failed task's own error). Local and spark-submit jobs
+    only: a Spark Connect client has no driver to ask (`of` gives None)."""
+
+    def __init__(self, session: SparkSession):
+        self.context = session.sparkContext
+        self.store = self.context._jsc.sc().statusStore()
+
+    @classmethod
+    def of(cls, session: SparkSession) -> FailedTasks | None:
+        try:
+            return cls(session)
+        except Exception:  # Spark Connect: no SparkContext
+            return None
+
+    @contextmanager
+    def group(self) -> Iterator[str]:
+        """Runs the jobs started inside under a job group of their own, which it yields."""
+        name = f"exactly_once-locate-{uuid.uuid4().hex}"
+        self.context.setJobGroup(name, "record isolation: which piece fails")
+        try:
+            yield name
+        finally:
+            for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+                self.context.setLocalProperty(key, None)
+
+    def outcome(self, group: str, tasks: int) -> tuple[set[int], set[int]]:
+        """The partitions whose tasks failed and those whose tasks passed, in the group's stages
+        of `tasks` tasks that had a task fail (none if the task that failed was in another
+        stage). The status store learns of a task's end a little after its job failed: waits
+        up to 2 s for it to know of one."""
+        tracker = self.context.statusTracker()
+        deadline = time.monotonic() + 2
+        while True:
+            stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup(group)
+                      for stage in (getattr(tracker.getJobInfo(job), "stageIds", None) or ())]
+            failing = [s for s in stages if s is not None and s.numFailedTasks > 0]
+            if failing or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        failed, passed = set(), set()
+        for stage in (s for s in failing if s.numTasks == tasks):
+            listed = self.store.taskList(stage.stageId, stage.currentAttemptId, tasks * 8)
+            for task in (listed.apply(i) for i in range(listed.size())):
+                {"FAILED": failed, "SUCCESS": passed}.get(task.status(), set()).add(task.index())
+        return failed, passed - failed
