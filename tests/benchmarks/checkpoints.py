@@ -1,7 +1,8 @@
 """A benchmark's checkpoint, run as the pipeline's tasks run it
 (`exactly_once.orchestration.tasks`) and timed task by task: the plan, the increment task
 around its Spark job, the task's pre-commit, the commit's transaction and the staging
-clean-up after it (the ledger's fault points, timed)."""
+clean-up after it (the ledger's fault points, timed). `submitted` runs one with its job by
+spark-submit, as the benchmarks' checkpoint rows do."""
 
 from __future__ import annotations
 
@@ -10,18 +11,22 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import psycopg2
 
 from exactly_once import faults
 from exactly_once.config import PipelineConfig
+from exactly_once.connections import PIPELINE_DB_JOB, pipeline_db_url
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Checkpoint, Outcome
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.orchestration import tasks
 from exactly_once.spark.report import AttemptReport
-from tests.benchmarks.spark_app import SparkRun
+from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.shipping import launcher
+from tests.benchmarks.spark_app import SparkRun, increment_job
 from tests.benchmarks.stopwatch import Stopwatch
 
 Execute = Callable[[list[str]], AttemptReport]  # runs the attempt's Spark job (tests/benchmarks/spark_app.py)
@@ -61,10 +66,11 @@ class TimedPipeline:
         self.marks[point] = time.perf_counter()
         faults.point(point)
 
-    def plan(self, servers: str) -> tuple[Checkpoint, float]:
-        """The checkpoint `begin_checkpoint` freezes (all the topic's records), and its seconds."""
+    def plan(self, servers: str, run_id: str = "benchmark") -> tuple[Checkpoint, float]:
+        """The checkpoint `begin_checkpoint` freezes for the run `run_id` (all the topic's records
+        no earlier checkpoint holds), and its seconds."""
         with KafkaOffsets(KafkaClient.at(servers)) as kafka, Stopwatch() as plan:
-            checkpoint = tasks.begin_checkpoint(self.ledger, kafka, "benchmark", None,
+            checkpoint = tasks.begin_checkpoint(self.ledger, kafka, run_id, None,
                                                 datetime.now(timezone.utc)).checkpoint
         return checkpoint, plan.seconds
 
@@ -90,3 +96,20 @@ class TimedPipeline:
         [job] = jobs
         return CheckpointRun(plan, increment.seconds - job.seconds - pre_commit, pre_commit, job, transaction,
                              commit.seconds - transaction)
+
+
+def job_settings(servers: str) -> JobSettings:
+    """As IncrementOperator hands them over: the job role's database connection."""
+    return JobSettings(pipeline_db_url(PIPELINE_DB_JOB), KafkaClient.at(servers))
+
+
+def submitted(pipeline: TimedPipeline, checkpoint_id: int, plan: float, servers: str, log: Path,
+              conf: dict[str, str] | None = None,
+              around: Callable[[str], AbstractContextManager] = lambda task: nullcontext(),
+              before_commit: Callable[[], object] = lambda: None) -> CheckpointRun:
+    """The planned checkpoint run on, its job by spark-submit (Spark settings `conf`, its output
+    in `log`); `around` and `before_commit` as `TimedPipeline.run` takes them."""
+    jobs: list[SparkRun] = []
+    with job_settings(servers).written() as settings_file:
+        return pipeline.run(checkpoint_id, plan, increment_job(launcher(), settings_file, log, jobs, conf), jobs,
+                            around=around, before_commit=before_commit)

@@ -7,7 +7,7 @@ import time
 from contextlib import closing
 
 import psycopg2
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg2 import sql
 
 from exactly_once.config import PipelineConfig
@@ -31,6 +31,23 @@ def delete_topic(servers: str, topic: str) -> None:
         admin.delete_topics([topic])[topic].result(timeout=60)
         while topic in admin.list_topics(timeout=30).topics:
             time.sleep(0.2)
+
+
+def create_topic(servers: str, topic: str, partitions: int) -> None:
+    """A new topic of `partitions` partitions (the demo's producer would make one of 3), once
+    the broker's metadata shows it, each partition with its leader (a client asking sooner
+    may not see it yet, and try to create it again)."""
+    admin = AdminClient({"bootstrap.servers": servers})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
+    deadline = time.monotonic() + 60
+    while True:
+        shown = admin.list_topics(timeout=30).topics.get(topic)
+        if shown is not None and shown.error is None and len(shown.partitions) == partitions \
+                and all(p.leader >= 0 for p in shown.partitions.values()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic!r}: not in the broker's metadata with {partitions} partitions after 60 s")
+        time.sleep(0.2)
 
 
 def remove(servers: str, db_url: str, config: PipelineConfig, schemas: list[str]) -> None:

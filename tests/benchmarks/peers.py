@@ -3,7 +3,7 @@ same records as a checkpoint, each writing its timing to a JSON report.
 
     spark-submit tests/benchmarks/peers.py kafka-read RANGES --report FILE
     spark-submit tests/benchmarks/peers.py at-least-once RANGES --pipeline P --topic T --schema S --report FILE
-    spark-submit tests/benchmarks/peers.py streaming|streaming-copy RANGES --pipeline P --topic T --schema S \
+    spark-submit tests/benchmarks/peers.py streaming-copy RANGES --pipeline P --topic T --schema S \
         --checkpoint-dir DIR --report FILE
 
 RANGES is the checkpoint's ranges as JSON, [[topic, partition, start, end], …].
@@ -14,11 +14,13 @@ RANGES is the checkpoint's ranges as JSON, [[topic, partition, start, end], …]
   into the final tables of the demo pipeline's copy in schema S, and bad records into
   S.dead_letters. No ledger, no staging, no counts, no pre-commit or commit: a rerun would
   count records twice.
-- streaming: Structured Streaming, Trigger.AvailableNow + foreachBatch from the ranges'
-  start offsets (all the topic holds), writing the same final tables with Spark's JDBC
-  writer: what a user would otherwise pick.
-- streaming-copy: the same with the COPY writer, so that the comparison measures the
-  protocol, not the writer.
+- streaming-copy: Structured Streaming, Trigger.AvailableNow + foreachBatch from the ranges'
+  start offsets (all the topic holds), each batch written as the at-least-once job writes
+  its records (the same frames, the same COPY writer), so that the comparison measures the
+  protocol, not the writer nor the Spark work.
+
+Structured Streaming as its users write it (Spark's JDBC writer, no row checks, no dead
+letters), the benchmark's `streaming` peer, is tests/benchmarks/user_streaming.py.
 """
 
 from __future__ import annotations
@@ -53,12 +55,6 @@ from exactly_once_demo.pipeline import config as demo_config
 Writer = Callable[[DataFrame, str, list[ColumnType]], None]  # appends a frame to a table of these columns
 
 
-def write_jdbc(frame: DataFrame, table: str, columns: list[ColumnType]) -> None:
-    """Spark's JDBC writer, as users configure it: batches of 10,000 rewritten into multi-row INSERTs."""
-    frame.write.format("jdbc").options(**jdbc_options(os.environ["PIPELINE_DB_URL"])).option("dbtable", table) \
-        .option("batchsize", 10_000).mode("append").save()
-
-
 def write_with_copy(frame: DataFrame, table: str, columns: list[ColumnType]) -> None:
     """The increment job's COPY writer (exactly_once.spark.staging)."""
     write_copy(frame, table, jdbc_options(os.environ["PIPELINE_DB_URL"]), {c.name: c.base for c in columns})
@@ -77,13 +73,13 @@ def write_final(records: DataFrame, config: PipelineConfig, schema: str,
             # (the demo has no tombstones: it is always false).
             write(frame.drop(KAFKA_TOMBSTONE), table, columns[name])
     finally:
-        frames.refused.unpersist()
+        frames.release()
         parsed.unpersist()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("peer", choices=["kafka-read", "at-least-once", "streaming", "streaming-copy"])
+    parser.add_argument("peer", choices=["kafka-read", "at-least-once", "streaming-copy"])
     parser.add_argument("ranges", type=lambda text: tuple(OffsetRange(*r) for r in json.loads(text)))
     parser.add_argument("--pipeline", help="the pipeline name the dead letters carry")
     parser.add_argument("--topic")
@@ -102,7 +98,7 @@ def main() -> int:
             columns = Ledger(config, lambda: psycopg2.connect(os.environ["PIPELINE_DB_URL"])).final_columns()
             with closing(psycopg2.connect(os.environ["PIPELINE_DB_URL"])) as conn, conn.cursor() as cur:
                 columns[DEAD_LETTERS] = column_types(cur, sql.Identifier(args.schema, "dead_letters"))
-            write = write_jdbc if args.peer == "streaming" else write_with_copy
+            write = write_with_copy
         started = time.perf_counter()
         if args.peer == "kafka-read":
             read_ranges(spark, servers, args.ranges).write.format("noop").mode("overwrite").save()

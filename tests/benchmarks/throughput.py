@@ -16,10 +16,12 @@ that no job always runs first on a cold machine; the PostgreSQL limits follow th
   staging (its index), and a bare `INSERT … SELECT` of every sink's rows from the bare
   copies into tables with the final tables' indexes; Spark's Kafka read of the ranges into
   the noop sink;
-- peers (tests/benchmarks/peers.py): an at-least-once job (with the same COPY writer) and
-  Structured Streaming, once with Spark's JDBC writer (as users write it) and once with the
-  COPY writer, each writing final tables of its own, which must equal the checkpoint's, row
-  for row, as must the Connect checkpoint's.
+- peers: Structured Streaming as its users write it, with Spark's JDBC writer
+  (tests/benchmarks/user_streaming.py: bad records dropped, no dead letters); and
+  (tests/benchmarks/peers.py) an at-least-once job and Structured Streaming, both with the
+  increment job's parse, checks, sink rows and COPY writer. Each writes final tables of its
+  own, which must equal the checkpoint's, row for row, as must the Connect checkpoint's (and
+  the dead letters, where a peer writes them).
 
 The pipelines are copies of the demo (tests/benchmarks/copies.py).
 """
@@ -39,29 +41,27 @@ from pathlib import Path
 from psycopg2 import sql
 from psycopg2.extensions import parse_dsn
 
-from exactly_once.connections import PIPELINE_DB_JOB, pipeline_db_url
-from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.tables import DEAD_LETTERS
 from exactly_once.spark.runners import job_runner
-from exactly_once.spark.settings import JobSettings
-from exactly_once.spark.shipping import launcher
 from exactly_once_demo.pipeline import config as demo_config
 from exactly_once_demo.produce import produce
 from exactly_once_stack import spark_cluster
 from exactly_once_stack.settings import spark_connection
 from tests.benchmarks import copies, postgres_limits, profiling
-from tests.benchmarks.checkpoints import CheckpointRun, TimedPipeline
+from tests.benchmarks.checkpoints import CheckpointRun, TimedPipeline, job_settings, submitted
 from tests.benchmarks.copies import Q
 from tests.benchmarks.postgres_limits import Limits
-from tests.benchmarks.spark_app import SparkRun, connect_job, increment_job, submit
+from tests.benchmarks.spark_app import SparkRun, connect_job, submit
 from tests.benchmarks.stopwatch import Stopwatch
 
 PEERS = Path(__file__).with_name("peers.py")
+USER_STREAMING = Path(__file__).with_name("user_streaming.py")  # the `streaming` peer
 PER_TRANSACTION = 50_000  # orders per Kafka transaction (every 7th aborted, as in the demo)
 CONNECT = "bench_spark_connect"  # the Airflow connection of the warm Spark Connect server
-# exactly-once (spark-submit, Spark Connect), at-least-once, Structured Streaming (JDBC, COPY):
-# a schema of final tables each
+# exactly-once (spark-submit, Spark Connect), at-least-once, Structured Streaming (as users write
+# it, with JDBC; with the increment job's frames and COPY): a schema of final tables each
 VARIANTS = ("eo", "eoc", "alo", "ss", "ssc")
+DEAD_LETTERING = ("alo", "ssc")  # the peers that write dead letters (the user's job drops bad records)
 JOBS = ("exactly-once", "exactly-once-connect", "at-least-once", "streaming", "streaming-copy",
         "kafka-read")  # a repetition's, rotated
 EVERY_ROW = sql.SQL("true")
@@ -151,7 +151,7 @@ class Bench:
         self.remove()
         for variant, schema in self.schemas.items():
             copies.create_demo_tables(self.db_url, schema)
-            if variant not in ("eo", "eoc"):
+            if variant in DEAD_LETTERING:
                 self.execute(Q["create_peer_dead_letters"], schema=sql.Identifier(schema))
         self.execute(Q["create_schema"], schema=sql.Identifier(self.limits_schema))
         for pipeline in self.pipelines().values():
@@ -183,6 +183,9 @@ class Bench:
                           done["at-least-once"], done["streaming"], done["streaming-copy"])
 
     def streaming(self, peer: str, ranges: str, schema: str) -> SparkRun:
+        if peer == "streaming":  # the user's job: no pipeline, no dead letters
+            return submit(USER_STREAMING, [ranges, "--schema", schema, "--checkpoint-dir",
+                                           str(self.streaming_checkpoint(peer))], self.folder / f"{peer}.log")
         return submit(PEERS, [peer, ranges, "--pipeline", self.name, "--topic", self.topic, "--schema", schema,
                               "--checkpoint-dir", str(self.streaming_checkpoint(peer))], self.folder / f"{peer}.log")
 
@@ -190,22 +193,16 @@ class Bench:
         """The exactly-once pipelines run, by variant."""
         return {"eo": self.pipeline, **({"eoc": self.connected} if self.connected else {})}
 
-    def job_settings(self) -> JobSettings:
-        """As IncrementOperator hands them over: the job role's database connection."""
-        return JobSettings(pipeline_db_url(PIPELINE_DB_JOB), KafkaClient.at(self.servers))
-
     def checkpoint(self, checkpoint_id: int, plan: float) -> tuple[CheckpointRun, dict[str, int]]:
         """The checkpoint with its job by spark-submit, and its staged rows per table (saved to
         files between the pre-commit and the commit, for the PostgreSQL limits)."""
-        jobs, staged, statements = [], {}, {}
+        staged, statements = {}, {}
         event_logs = self.folder / "event-logs"
         conf = profiling.event_log_conf(event_logs) if self.profile else None
-        with self.job_settings().written() as settings_file:
-            run = self.pipeline.run(
-                checkpoint_id, plan, increment_job(launcher(), settings_file, self.folder / "increment.log", jobs, conf), jobs,
-                around=partial(self.profiling, statements),
-                before_commit=lambda: staged.update(postgres_limits.save_staging(self.db_url, self.config,
-                                                                                 checkpoint_id, self.folder)))
+        run = submitted(self.pipeline, checkpoint_id, plan, self.servers, self.folder / "increment.log", conf,
+                        around=partial(self.profiling, statements),
+                        before_commit=lambda: staged.update(postgres_limits.save_staging(self.db_url, self.config,
+                                                                                         checkpoint_id, self.folder)))
         if self.profile:
             profiling.write_profile(self.folder / "profile.md", event_logs, statements)
         return run, staged
@@ -214,7 +211,7 @@ class Bench:
         """The second pipeline's checkpoint, its job run as the task runs it on the warm Spark
         Connect server's connection (`exactly_once.spark.runners.job_runner`)."""
         config = self.connected.ledger.config
-        runner = job_runner(CONNECT, f"{config.name} increment", config, self.job_settings())
+        runner = job_runner(CONNECT, f"{config.name} increment", config, job_settings(self.servers))
         jobs = []
         return self.connected.run(checkpoint_id, plan, connect_job(runner, self.folder / "increment-connect.log", jobs),
                                   jobs)
@@ -226,7 +223,9 @@ class Bench:
 
     def check_peers_equal(self) -> None:
         """Every final table of the peers and of the Connect checkpoint holds the checkpoint's
-        rows (count and checksum), or their figures are not comparable."""
+        rows (count and checksum), and so do the dead letters of those that write them, or
+        their figures are not comparable. The user's streaming job drops the records the
+        checkpoint dead-letters (malformed, a NUL in the sku), so its sink tables equal too."""
         columns = {sink: [c.name for c in types] for sink, types in self.pipeline.ledger.final_columns().items()}
         differ = []
         for sink in self.config.sinks:
@@ -235,7 +234,7 @@ class Bench:
             if len(set(digests.values())) != 1:
                 differ.append(f"{sink.name}: {digests}")
         digests = {v: self.digest(sql.Identifier(schema, "dead_letters"), DEAD) for v, schema in self.schemas.items()
-                   if v not in ("eo", "eoc")}
+                   if v in DEAD_LETTERING}
         for variant, pipeline in self.pipelines().items():
             digests[variant] = self.digest(sql.Identifier("exactly_once", "dead_letters"), DEAD, sql.SQL(
                 "pipeline = {}").format(sql.Literal(pipeline.ledger.config.name)))

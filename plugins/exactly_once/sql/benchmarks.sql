@@ -32,8 +32,8 @@ CREATE SCHEMA {schema};
 DROP SCHEMA IF EXISTS {schema} CASCADE;
 
 -- name: create_peer_dead_letters
--- Where the peers (at-least-once, Structured Streaming) write bad records: the dead
--- letters' columns, without the ledger's checkpoint.
+-- Where the peers with the increment job's frames (at-least-once, Structured Streaming with
+-- the COPY writer) write bad records: the dead letters' columns, without the ledger's checkpoint.
 CREATE TABLE {schema}.dead_letters (
     pipeline text NOT NULL, topic text NOT NULL, partition int NOT NULL, "offset" bigint NOT NULL,
     key bytea, value bytea, reason text NOT NULL,
