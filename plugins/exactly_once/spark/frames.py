@@ -169,12 +169,6 @@ class AttemptFrames:
     refused_letters: DataFrame      # the dead letters of records a sink table would refuse
     bad: DataFrame                  # where and why records are bad (not those set aside): for `fail`
     refused: DataFrame              # cached: unpersist when the frames are written
-    checked: DataFrame              # the transformed rows, cached: unpersist with `refused`
-
-    def release(self) -> None:
-        """Drops what the frames cached."""
-        self.refused.unpersist()
-        self.checked.unpersist()
 
     def staging(self, any_refused: bool) -> dict[str, DataFrame]:
         """Every sink's frame and the dead letters under DEAD_LETTERS. Without refusals the
@@ -189,9 +183,13 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
     """What each sink stages from the parsed records, keyed by sink name, and the dead
     letters (with their raw key and value: a transform does not carry them). A row
     refused by one sink's table reaches no sink."""
-    checked = checked_rows(parsed, config, columns).persist(cache_level(parsed.sparkSession))
+    checked = checked_rows(parsed, config, columns)
     # Cached: the dead letters and every sink read it. A transform may make several rows
-    # of one record; a record with one refused row reaches no sink at all.
+    # of one record; a record with one refused row reaches no sink at all. (Caching `checked`
+    # too, so that the transform and the row checks run once, measured no faster: issue 41;
+    # faster with a Python UDF in the transform, issue 63, but a cache computes every column,
+    # so a column no sink takes would fail records, and the probe of the transform, which
+    # computes only what the checks read, would not find them.)
     refused = _refused(checked).persist(cache_level(parsed.sparkSession))
     accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
                 .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
@@ -207,4 +205,4 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
         {sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
                                                [c.name for c in columns[sink.name]])
          for sink in config.sinks},
-        unparsed.select(*letter), refused_raw.select(*letter), bad, refused, checked)
+        unparsed.select(*letter), refused_raw.select(*letter), bad, refused)

@@ -176,9 +176,11 @@ def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe,
     wrongly named, had it been, costs jobs but never a record). Then all of it again, less
     the records found and the pieces whose tasks passed, until it passes: each record costs
     about log_k(n) failing jobs and one more of the rest. `first`: pieces and what a job that
-    already failed says of them (the failed write's own tasks), taken for the first job. A
-    piece of one record whose task alone failed is that record. A part whose failure names
-    no task (`Unlocated`) is bisected (`narrow`). `NotIsolated` beyond the limits."""
+    already failed says of them (the failed write's own tasks, whose pieces may be empty),
+    taken for the first job. A piece whose failed pieces find nothing is left out of the rest
+    with them, its other pieces too: what fails there fails the next round of the write. A
+    part whose failure names no task (`Unlocated`) is bisected (`narrow`). `NotIsolated`
+    beyond the limits."""
     found: dict[OffsetRange, str] = {}
     jobs = 0
 
@@ -203,6 +205,8 @@ def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe,
 
     def descend(part: list[OffsetRange]) -> bool:
         """Finds records that fail in `part`, which failed; whether it found any."""
+        if not part:
+            return False
         if size(part) == 1:
             why = counted(probe, part)
             if why is not None:
@@ -213,9 +217,6 @@ def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe,
             hit = counted(locate, split)
         except Unlocated:
             return bisect(part)
-        if hit is not None and len(hit.failed) == 1 and size(split[min(hit.failed)]) == 1:
-            add(split[min(hit.failed)][0], hit.why)  # the record failed in a task of its own
-            return True
         return hit is not None and any([descend(split[i]) for i in sorted(hit.failed)])
 
     rest = [r for r in failing if r.size]

@@ -20,10 +20,12 @@ from pyspark.sql import functions as F
 
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.spark.frames import in_ranges
+from exactly_once.spark.isolation import Located
 
 _MASK = 0xFFFFFFFF
 _SEED = 42  # Spark's HashPartitioning hashes with Murmur3Hash's default seed
 _PIECE = "_piece"
+_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 
 
 def _rotl(x: int, r: int) -> int:
@@ -97,32 +99,46 @@ class FailedTasks:
 
     @contextmanager
     def group(self) -> Iterator[str]:
-        """Runs the jobs started inside under a job group of their own, which it yields."""
+        """Runs the jobs started inside under a job group of their own, which it yields; the
+        thread's group before it is put back after."""
+        before = {key: self.context.getLocalProperty(key) for key in _GROUP_PROPERTIES}
         name = f"exactly_once-locate-{uuid.uuid4().hex}"
         self.context.setJobGroup(name, "record isolation: which piece fails")
         try:
             yield name
         finally:
-            for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
-                self.context.setLocalProperty(key, None)
+            for key, value in before.items():
+                self.context.setLocalProperty(key, value)
 
     def outcome(self, group: str, tasks: int) -> tuple[set[int], set[int]]:
-        """The partitions whose tasks failed and those whose tasks passed, in the group's stages
-        of `tasks` tasks that had a task fail (none if the task that failed was in another
-        stage). The status store learns of a task's end a little after its job failed: waits
-        up to 2 s for it to know of one."""
+        """The partitions whose tasks failed and those whose tasks passed, in the stages of the
+        group's failed jobs that ran `tasks` tasks and had a task fail (none if the task that
+        failed was in another stage). The status store learns of the jobs' ends after their
+        tasks' ends: waits (up to 2 s) until it knows every job of the group ended."""
         tracker = self.context.statusTracker()
         deadline = time.monotonic() + 2
         while True:
-            stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup(group)
-                      for stage in (getattr(tracker.getJobInfo(job), "stageIds", None) or ())]
-            failing = [s for s in stages if s is not None and s.numFailedTasks > 0]
-            if failing or time.monotonic() > deadline:
+            jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+            if all(job is not None and job.status != "RUNNING" for job in jobs) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+        stages = [tracker.getStageInfo(stage) for job in jobs if job is not None and job.status == "FAILED"
+                  for stage in job.stageIds]
         failed, passed = set(), set()
-        for stage in (s for s in failing if s.numTasks == tasks):
+        for stage in (s for s in stages if s is not None and s.numTasks == tasks and s.numFailedTasks > 0):
             listed = self.store.taskList(stage.stageId, stage.currentAttemptId, tasks * 8)
             for task in (listed.apply(i) for i in range(listed.size())):
                 {"FAILED": failed, "SUCCESS": passed}.get(task.status(), set()).add(task.index())
         return failed, passed - failed
+
+    def located(self, group: str, pieces: int, why: str) -> Located | None:
+        """What the group's failed job says of its pieces, task i piece i; None if it names
+        none of their tasks failed."""
+        failed, passed = self.outcome(group, pieces)
+        return Located(frozenset(failed), frozenset(passed), why) if failed else None
+
+    def failed_write(self, parsed: DataFrame, group: str, why: str) -> tuple[list[list[OffsetRange]], Located] | None:
+        """The failed write's own tasks as a located probe's: a stage that reads the cached
+        records runs a task per partition of them, in order."""
+        hit = self.located(group, parsed.rdd.getNumPartitions(), why)
+        return None if hit is None else (cached_pieces(parsed), hit)

@@ -35,7 +35,7 @@ from exactly_once.spark.copy_writer import write_staging
 from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, cache_level, checked_rows, in_ranges,
                                        parse, refused_rows, with_set_aside)
 from exactly_once.spark.isolation import ROWS, Located, NotIsolated, Step, Unlocated, describe, locate_failing, narrow
-from exactly_once.spark.spread import FailedTasks, cached_pieces, spread
+from exactly_once.spark.spread import FailedTasks, spread
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class Staging:
             for _ in range(self.rounds):
                 try:
                     faults.point("increment.before_write")
-                    with phase("write_staging"), tasks.group() if tasks else nullcontext() as group:
+                    with phase("write_staging"), (tasks.group() if tasks else nullcontext()) as group:
                         return count, self.write(with_set_aside(parsed, set_aside), self.attempt)
                 except _Refused as refused:
                     if refused.reason is None:
@@ -129,7 +129,7 @@ class Staging:
             tasks, group = located
             isolated = locate_failing(self.ranges, lambda split: self.locate(parsed, set_aside, refused.step, split,
                                                                              tasks), probe,
-                                      first=self._failed_write(parsed, tasks, group, refused.reason))
+                                      first=tasks.failed_write(parsed, group, refused.reason))
         if not isolated:
             raise NotIsolated(f"checkpoint {self.checkpoint_id}: {refused.reason}; no record fails on its own "
                               "(rows of several records together?)") from refused.__cause__
@@ -162,7 +162,7 @@ class Staging:
                 written[name] = self._write_table(name, frame, tag)
                 faults.point(f"increment.wrote.{name}")
         finally:
-            frames.release()
+            frames.refused.unpersist()
         self._trial_promote(tag, [sink.name for sink in self.refusing])
         return written
 
@@ -196,14 +196,6 @@ class Staging:
         return step.table is None or (not step.trial and any(
             sink.name == step.table and sink.mode == "append" for sink in self.config.sinks))
 
-    def _failed_write(self, parsed: DataFrame, tasks: FailedTasks, group: str,
-                      why: str) -> tuple[list[list[OffsetRange]], Located] | None:
-        """The failed write's own tasks as a located probe's: a stage that reads the cached
-        records runs a task per partition of them, in order."""
-        split = cached_pieces(parsed)
-        failed, passed = tasks.outcome(group, len(split))
-        return (split, Located(frozenset(failed), frozenset(passed), why)) if failed else None
-
     def locate(self, parsed: DataFrame, set_aside: SetAside, step: Step, split: list[list[OffsetRange]],
                tasks: FailedTasks) -> Located | None:
         """The step over the pieces at once, piece i in Spark task i: None if it passes, else
@@ -212,10 +204,10 @@ class Staging:
             why = self.probe(with_set_aside(spread(parsed, split), set_aside), step, one_task=False)
         if why is None:
             return None
-        failed, passed = tasks.outcome(group, len(split))
-        if not failed:
+        hit = tasks.located(group, len(split), why)
+        if hit is None:
             raise Unlocated(why)
-        return Located(frozenset(failed), frozenset(passed), why)
+        return hit
 
     def probe(self, parsed: DataFrame, step: Step, one_task: bool = True) -> str | None:
         """Why these records fail at `step`, or None; leaves nothing staged. Only the step is
@@ -261,7 +253,7 @@ class Staging:
             for name in tables:
                 self._write_table(name, staging[name].coalesce(1) if one_task else staging[name], tag)
         finally:
-            frames.release()
+            frames.refused.unpersist()
         if step.trial:
             self._trial_promote(tag, tables)
 
