@@ -55,7 +55,7 @@ class Step:
         return self.run.end_to_end if self.run else self.plan
 
 
-def spread(i: int, rng: random.Random, when: datetime) -> tuple[bytes, bytes]:
+def keyed_by_number(i: int, rng: random.Random, when: datetime) -> tuple[bytes, bytes]:
     """Order i of the demo's producer, keyed by its number (so that orders spread over every partition)."""
     return str(i).encode(), order(i, rng, when)[1]
 
@@ -77,7 +77,7 @@ def measure(orders: int, servers: str, db_url: str, folder: Path, partitions=PAR
         copies.remove(servers, db_url, config, [name])  # what an interrupted run left
         try:
             copies.create_topic(servers, name, count)
-            produce(servers, orders, seed=orders, topic=name, per_transaction=PER_TRANSACTION, encoded=spread)
+            produce(servers, orders, seed=orders, topic=name, per_transaction=PER_TRANSACTION, encoded=keyed_by_number)
             copies.create_demo_tables(db_url, name)
             pipeline = TimedPipeline(config, db_url)
             pipeline.ledger.register()
@@ -88,7 +88,7 @@ def measure(orders: int, servers: str, db_url: str, folder: Path, partitions=PAR
                 after = f"the {orders:,}-order checkpoint of {count} partitions below"
                 by_records.append(one(pipeline, servers, folder / name, f"nothing new, after {after}", count,
                                       "nothing-new"))
-                produce(servers, NEW, seed=NEW, topic=name, per_transaction=PER_TRANSACTION, encoded=spread)
+                produce(servers, NEW, seed=NEW, topic=name, per_transaction=PER_TRANSACTION, encoded=keyed_by_number)
                 by_records.append(one(pipeline, servers, folder / name, f"{NEW:,} orders produced after {after}",
                                       count, "new"))
         finally:

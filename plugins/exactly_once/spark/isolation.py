@@ -124,6 +124,29 @@ def without(ranges: Sequence[OffsetRange], taken: Sequence[OffsetRange]) -> list
     return left
 
 
+class _Budget:
+    """Isolation's limits, counted once over both searches: the Spark jobs asked (probes and
+    located probes alike) and the records found."""
+
+    def __init__(self, max_isolated: int, max_probes: int):
+        self.max_isolated, self.max_probes = max_isolated, max_probes
+        self.found: dict[OffsetRange, str] = {}
+        self.jobs = 0
+
+    def ask(self, job: Callable, what):
+        self.jobs += 1
+        if self.jobs > self.max_probes:
+            raise NotIsolated(f"records not isolated within {self.max_probes} probes; found so far: "
+                              + describe(self.found))
+        return job(what)
+
+    def add(self, offset: OffsetRange, why: str) -> None:
+        self.found[offset] = why
+        if len(self.found) > self.max_isolated:
+            raise NotIsolated(f"more than {self.max_isolated} records fail on their own, so the cause is not in a "
+                              "few records: " + describe(self.found))
+
+
 def narrow(failing: Sequence[OffsetRange], probe: Probe, max_isolated: int = MAX_ISOLATED,
            max_probes: int = MAX_PROBES) -> dict[OffsetRange, str]:
     """The single offsets (one-offset ranges) whose records fail on their own, with why,
@@ -132,24 +155,23 @@ def narrow(failing: Sequence[OffsetRange], probe: Probe, max_isolated: int = MAX
     there. Each record's probe is on its own, so a failure that needs two records together
     (two rows of one checkpoint breaking a unique constraint) finds none of them: the caller
     says so. `NotIsolated` beyond the limits."""
-    found: dict[OffsetRange, str] = {}
-    probes = 0
+    budget = _Budget(max_isolated, max_probes)
+    _bisect(failing, probe, budget)
+    return budget.found
+
+
+def _bisect(failing: Sequence[OffsetRange], probe: Probe, budget: _Budget) -> bool:
+    """`narrow` within a budget that may be shared; whether it found any record."""
+    before = len(budget.found)
 
     def ask(part: list[OffsetRange]) -> str | None:
-        nonlocal probes
-        probes += 1
-        if probes > max_probes:
-            raise NotIsolated(f"records not isolated within {max_probes} probes; found so far: " + describe(found))
-        return probe(part)
+        return budget.ask(probe, part)
 
     def failed(part: list[OffsetRange], why: str) -> None:
         if size(part) > 1:
             visit(part)
             return
-        found[part[0]] = why
-        if len(found) > max_isolated:
-            raise NotIsolated(f"more than {max_isolated} records fail on their own, so the cause is not in a "
-                              "few records: " + describe(found))
+        budget.add(part[0], why)
 
     def visit(part: list[OffsetRange]) -> None:
         first, second = ([r for r in half if r.size] for half in halves(part))
@@ -164,7 +186,7 @@ def narrow(failing: Sequence[OffsetRange], probe: Probe, max_isolated: int = MAX
             failed(second, why)
 
     visit([r for r in failing if r.size])
-    return found
+    return len(budget.found) > before
 
 
 def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe, k: int = PIECES,
@@ -181,42 +203,23 @@ def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe,
     with them, its other pieces too: what fails there fails the next round of the write. A
     part whose failure names no task (`Unlocated`) is bisected (`narrow`). `NotIsolated`
     beyond the limits."""
-    found: dict[OffsetRange, str] = {}
-    jobs = 0
-
-    def counted(ask, what):
-        nonlocal jobs
-        jobs += 1
-        if jobs > max_probes:
-            raise NotIsolated(f"records not isolated within {max_probes} probes; found so far: " + describe(found))
-        return ask(what)
-
-    def add(offset: OffsetRange, why: str) -> None:
-        found[offset] = why
-        if len(found) > max_isolated:
-            raise NotIsolated(f"more than {max_isolated} records fail on their own, so the cause is not in a "
-                              "few records: " + describe(found))
-
-    def bisect(part: list[OffsetRange]) -> bool:
-        isolated = narrow(part, lambda p: counted(probe, p), max_isolated - len(found), max_probes)
-        for offset, why in isolated.items():
-            add(offset, why)
-        return bool(isolated)
+    budget = _Budget(max_isolated, max_probes)
+    found = budget.found
 
     def descend(part: list[OffsetRange]) -> bool:
         """Finds records that fail in `part`, which failed; whether it found any."""
         if not part:
             return False
         if size(part) == 1:
-            why = counted(probe, part)
+            why = budget.ask(probe, part)
             if why is not None:
-                add(part[0], why)
+                budget.add(part[0], why)
             return why is not None
         split = [p for p in pieces(part, k) if p]
         try:
-            hit = counted(locate, split)
+            hit = budget.ask(locate, split)
         except Unlocated:
-            return bisect(part)
+            return _bisect(part, probe, budget)
         return hit is not None and any([descend(split[i]) for i in sorted(hit.failed)])
 
     rest = [r for r in failing if r.size]
@@ -226,9 +229,9 @@ def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe,
         else:
             split = [p for p in pieces(rest, k) if p]
             try:
-                hit = counted(locate, split)
+                hit = budget.ask(locate, split)
             except Unlocated:
-                bisect(rest)
+                _bisect(rest, probe, budget)
                 break
         if hit is None:
             break
