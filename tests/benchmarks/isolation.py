@@ -7,10 +7,12 @@ rotates), medians printed with each repetition's value in brackets. A run fails 
 dead letters with the transform's reason are exactly the k raising orders.
 
     ./dev bench-isolation [--orders 1000000] [--raising 1 10] [--repetitions 3] [--profile]
+                          [--udf-seconds 0.15]
 
 With --profile, each checkpoint's Spark event log is written beside its log, and read into
 `<pipeline>-profile.md`: its SQL executions (each probe is one) with their stages' tasks, run,
-CPU and GC seconds (tests/benchmarks/profiling.py).
+CPU and GC seconds (tests/benchmarks/profiling.py). With --udf-seconds, the UDF takes that long
+an order (a UDF calling a model or a service): what running the transform again costs shows.
 """
 
 from __future__ import annotations
@@ -134,8 +136,11 @@ def main() -> None:
     parser.add_argument("--raising", type=int, nargs="+", default=[1, 10], help="how many orders raise (k)")
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="and each checkpoint's Spark timeline, beside its log")
+    parser.add_argument("--udf-seconds", type=float, default=0.0,
+                        help="how long the UDF takes an order (tests/benchmarks/raising.py)")
     args = parser.parse_args()
     began = time.monotonic()
+    os.environ["EXACTLY_ONCE_BENCH_UDF_SECONDS"] = str(args.udf_seconds)  # the jobs' Python workers read it
     lifecycle.up()
     os.environ.update(process_environment())
     servers, db_url = os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["PIPELINE_DB_URL"]
@@ -158,7 +163,8 @@ def main() -> None:
     finally:
         for topic in topics.values():
             copies.delete_topic(servers, topic)
-    print(f"\n`./dev bench-isolation` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, Spark local[2]; "
+    slow = f", the UDF {args.udf_seconds} s an order" if args.udf_seconds else ""
+    print(f"\n`./dev bench-isolation` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, Spark local[2]{slow}; "
           f"took {(time.monotonic() - began) / 60:.1f} min\n\n{table(args.orders, runs)}")
 
 

@@ -73,7 +73,7 @@ def write_final(records: DataFrame, config: PipelineConfig, schema: str,
             # (the demo has no tombstones: it is always false).
             write(frame.drop(KAFKA_TOMBSTONE), table, columns[name])
     finally:
-        frames.refused.unpersist()
+        frames.release()
         parsed.unpersist()
 
 

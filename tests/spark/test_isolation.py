@@ -8,8 +8,8 @@ import psycopg2
 import pytest
 
 from exactly_once.ledger.planning import OffsetRange
-from exactly_once.spark.isolation import (Located, NotIsolated, Unlocated, halves, locate_failing, narrow, pieces, size,
-                                          without)
+from exactly_once.spark.isolation import (Budget, Located, NotIsolated, Unlocated, halves, locate_failing, narrow, pieces,
+                                          size, without)
 from exactly_once.sqlstates import record_failure
 
 RANGES = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 40, 47), OffsetRange("t", 2, 5, 5)]
@@ -55,9 +55,9 @@ def test_a_failure_no_single_record_reproduces_isolates_nothing():
 
 def test_beyond_its_limits_isolation_gives_up_naming_what_it_found():
     with pytest.raises(NotIsolated, match=r"more than 3 records .*t\[0\]@0: bad"):
-        narrow(RANGES, prober({(0, o): "bad" for o in range(10)}), max_isolated=3)
+        narrow(RANGES, prober({(0, o): "bad" for o in range(10)}), budget=Budget(max_isolated=3))
     with pytest.raises(NotIsolated, match="within 5 probes"):
-        narrow(RANGES, prober({(0, 99): "bad"}), max_probes=5)
+        narrow(RANGES, prober({(0, 99): "bad"}), budget=Budget(max_probes=5))
 
 
 def test_only_errors_a_record_can_cause_are_narrowed(ledger_db):
@@ -135,6 +135,29 @@ def test_a_job_that_already_failed_is_taken_for_the_first_its_empty_pieces_too()
     assert OffsetRange("t", 0, 0, 50) not in [r for split in located for part in split for r in part]
 
 
+def test_when_the_next_write_is_the_rest_a_round_that_found_records_searches_no_further():
+    bad = {(0, 57): "middle", (1, 46): "last"}
+    write = [[OffsetRange("t", 0, 0, 100)], RANGES[1:]]
+    failed_first = (write, Located(frozenset({0}), frozenset(), "middle"))  # the job stopped at the first task
+    located, budget = [], Budget()  # the attempt's, over its rounds
+    assert locate_failing(RANGES, locator(bad, located), prober(bad), k=4, budget=budget, first=failed_first,
+                          rest_is_the_next_write=True) == {OffsetRange("t", 0, 57, 58): "middle"}
+    assert all(r.partition == 0 for split in located for part in split for r in part)  # the rest not searched
+    write_again = (write, Located(frozenset({1}), frozenset({0}), "last"))  # the next round's write
+    assert locate_failing(RANGES, locator(bad), prober({(1, 46): "last"}), k=4, budget=budget, first=write_again,
+                          rest_is_the_next_write=True) == {OffsetRange("t", 1, 46, 47): "last"}  # only the new one
+    assert budget.found == {OffsetRange("t", p, o, o + 1): why for (p, o), why in bad.items()}
+    with pytest.raises(NotIsolated, match="more than 1 records"):  # the limits count every round's records
+        one = Budget(max_isolated=1)
+        locate_failing(RANGES, locator(bad), prober(bad), k=4, budget=one, first=failed_first,
+                       rest_is_the_next_write=True)
+        locate_failing(RANGES, locator(bad), prober({(1, 46): "last"}), k=4, budget=one, first=write_again,
+                       rest_is_the_next_write=True)
+    nothing = (write, Located(frozenset({0}), frozenset(), "transient"))  # a round that finds nothing searches on
+    assert locate_failing(RANGES, locator(bad), prober({(1, 46): "last"}), k=4, first=nothing,
+                          rest_is_the_next_write=True) == {OffsetRange("t", 1, 46, 47): "last"}
+
+
 def test_a_failure_no_task_names_is_bisected():
     bad = {(0, 57): "middle"}
     assert locate_failing(RANGES, locator(bad, unlocated=True), prober(bad)) == {OffsetRange("t", 0, 57, 58): "middle"}
@@ -152,9 +175,9 @@ def test_located_isolation_finds_nothing_for_a_failure_no_single_record_reproduc
 def test_located_isolation_keeps_its_limits():
     with pytest.raises(NotIsolated, match=r"more than 3 records"):
         bad = {(0, o): "bad" for o in range(0, 40, 4)}
-        locate_failing(RANGES, locator(bad), prober(bad), k=4, max_isolated=3)
+        locate_failing(RANGES, locator(bad), prober(bad), k=4, budget=Budget(max_isolated=3))
     with pytest.raises(NotIsolated, match="within 3 probes"):
-        locate_failing(RANGES, locator({(0, 99): "bad"}), prober({(0, 99): "bad"}), k=4, max_probes=3)
+        locate_failing(RANGES, locator({(0, 99): "bad"}), prober({(0, 99): "bad"}), k=4, budget=Budget(max_probes=3))
 
 
 def test_each_piece_lands_in_the_spark_partition_of_its_index(spark):

@@ -207,6 +207,39 @@ def test_the_fail_policy_fails_naming_the_record_a_transform_raises_on(spark, le
     assert orders.ledger.checkpoint(checkpoint_id).state is not State.COMMITTED
 
 
+def test_a_column_of_the_transform_no_sink_takes_is_never_computed(spark, ledger_db, kafka_servers, topic):
+    """The write caches the transformed rows with only the columns a sink reads: a UDF whose
+    column no sink table has never runs, so the order it would raise on commits, and the
+    order the transform's own UDF raises on is the one dead letter."""
+    orders = Orders(ledger_db, kafka_servers, topic, transform="tests.spark.transforms:raises_in_a_column_no_sink_takes")
+    raises, unread = order("raises"), order("unread")
+    orders.produce(valid_orders(0, 12) + [(0, b"k", raises), (1, b"k", unread)])
+
+    orders.run(spark)
+
+    orders.bad = {raises}
+    orders.assert_exact()
+    assert list(orders.dead_letter_reasons().values()) == [
+        "transform tests.spark.transforms:raises_in_a_column_no_sink_takes: ValueError: cannot price order raises"]
+
+
+def test_a_transform_raising_on_every_record_fails_the_attempt_saying_the_cause_is_not_in_the_records(
+        spark, ledger_db, kafka_servers, topic):
+    """Isolation finds the records a transform raises on a round of the write at a time (each
+    round's rest is the next write); its limits count every round's records, so every record
+    failing on its own is still no set of dead letters, and nothing commits."""
+    orders = Orders(ledger_db, kafka_servers, topic, transform="tests.spark.transforms:raises_on_every_order")
+    orders.produce(valid_orders(0, 4))
+    checkpoint_id = orders.begin()
+
+    with pytest.raises(Exception) as failed:
+        orders.increment(spark, checkpoint_id)
+
+    assert "every record fails on its own, so the cause is not in the records" in str(failed.value)
+    assert orders.ledger.checkpoint(checkpoint_id).state is not State.COMMITTED
+    assert orders.dead_letter_reasons() == {}
+
+
 def test_tasks_hold_fewer_records_when_records_may_be_large():
     assert offsets_per_task(None) == 250_000
     assert offsets_per_task(1024) == 250_000

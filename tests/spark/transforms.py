@@ -27,6 +27,29 @@ def refuses_one_order(rows: DataFrame) -> DataFrame:
     return rows.withColumns({"id": priced("id"), "quantity": F.col("qty")})
 
 
+def raises_in_a_column_no_sink_takes(rows: DataFrame) -> DataFrame:
+    """refuses_one_order, and `audit`, which no sink table has: a Python UDF that raises on
+    the order with id 'unread'."""
+
+    @F.udf("string")
+    def audited(order_id: str) -> str:
+        if order_id == "unread":
+            raise ValueError(f"cannot audit order {order_id}")
+        return order_id
+
+    return refuses_one_order(rows).withColumn("audit", audited("id"))
+
+
+def raises_on_every_order(rows: DataFrame) -> DataFrame:
+    """A Python UDF that raises on every order: the cause is not in the records."""
+
+    @F.udf("string")
+    def priced(order_id: str) -> str:
+        raise ValueError(f"no prices today (order {order_id})")
+
+    return rows.withColumns({"id": priced("id"), "quantity": F.col("qty")})
+
+
 def header_source(rows: DataFrame) -> DataFrame:
     """The Avro pipeline's transform (tests/spark/avro_orders.py): `source`, the text of the
     record's `source` header (null without one), read from the headers column."""

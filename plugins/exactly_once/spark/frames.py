@@ -133,9 +133,24 @@ def transform_of(config: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
     return load_transform(config) or (lambda frame: frame)
 
 
+def _read_by_sinks(config: PipelineConfig, columns: Mapping[str, list[ColumnType]]) -> set[str]:
+    """The columns of the transformed rows some sink's staging rows read (the columns its mode
+    takes from each row, its keys, an upsert's order_by) and the Kafka coordinates; in lower
+    case, as Spark resolves names."""
+    read = list(COORDINATES)
+    for sink in config.sinks:
+        read += sink.strategy.record_columns(sink, [c.name for c in columns[sink.name]]) + list(sink.keys)
+        read += [sink.order_by] if sink.order_by else []
+    return {name.lower() for name in read}
+
+
 def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]]) -> DataFrame:
-    """The transformed rows with why a sink table would refuse a value of theirs (null: none would)."""
+    """The transformed rows, only the columns a sink reads (so a column of the transform no
+    sink takes is never computed, as Spark would prune it), with why a sink table would
+    refuse a value of theirs (null: none would)."""
     rows = transform_of(config)(good_rows(parsed))
+    read = _read_by_sinks(config, columns)
+    rows = rows.drop(*(c for c in rows.columns if c.lower() not in read))  # names, not parsed as paths
     checks = []
     for sink in config.sinks:
         taken = set(sink.strategy.record_columns(sink, [c.name for c in columns[sink.name]]))
@@ -143,14 +158,9 @@ def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str
     return rows.withColumn(_REFUSED, first_refusal(checks))
 
 
-def refused_rows(checked: DataFrame) -> DataFrame:
-    """The rows a sink table would refuse: their record's coordinates and why."""
-    return checked.where(F.col(_REFUSED).isNotNull()).select(*COORDINATES, _REFUSED)
-
-
 def _refused(checked: DataFrame) -> DataFrame:
     """Per record a row of which a sink table would refuse: its coordinates and why."""
-    return refused_rows(checked).groupBy(*COORDINATES).agg(F.min(_REFUSED).alias("reason"))
+    return checked.where(F.col(_REFUSED).isNotNull()).groupBy(*COORDINATES).agg(F.min(_REFUSED).alias("reason"))
 
 
 def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig, sink) -> DataFrame:
@@ -168,7 +178,13 @@ class AttemptFrames:
     unparsed: DataFrame             # the dead letters of records that do not parse or fit, or are set aside
     refused_letters: DataFrame      # the dead letters of records a sink table would refuse
     bad: DataFrame                  # where and why records are bad (not those set aside): for `fail`
-    refused: DataFrame              # cached: unpersist when the frames are written
+    refused: DataFrame              # cached, like `checked`: `release` when the frames are written
+    checked: DataFrame              # the checked rows (checked_rows), which every sink reads
+
+    def release(self) -> None:
+        """Drops what the frames cached."""
+        self.refused.unpersist()
+        self.checked.unpersist()
 
     def staging(self, any_refused: bool) -> dict[str, DataFrame]:
         """Every sink's frame and the dead letters under DEAD_LETTERS. Without refusals the
@@ -183,14 +199,24 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
     """What each sink stages from the parsed records, keyed by sink name, and the dead
     letters (with their raw key and value: a transform does not carry them). A row
     refused by one sink's table reaches no sink."""
-    checked = checked_rows(parsed, config, columns)
-    # Cached: the dead letters and every sink read it. A transform may make several rows
-    # of one record; a record with one refused row reaches no sink at all. (Caching `checked`
-    # too, so that the transform and the row checks run once, measured no faster: issue 41;
-    # faster with a Python UDF in the transform, issue 63, but a cache computes every column,
-    # so a column no sink takes would fail records, and the probe of the transform, which
-    # computes only what the checks read, would not find them.)
-    refused = _refused(checked).persist(cache_level(parsed.sparkSession))
+    # Cached: the transform and the row checks run once a round of the write, however many
+    # sinks read them (a Python UDF of 0.15 s a record ran four times over, issue 63); the
+    # refusals computed from them, once too. A transform may make several rows of one record; a
+    # record with one refused row reaches no sink at all.
+    level = cache_level(parsed.sparkSession)
+    checked = checked_rows(parsed, config, columns).persist(level)
+    refused = _refused(checked).persist(level)
+    try:
+        return _frames(parsed, config, columns, checked, refused)
+    except Exception:  # a sink's rows that cannot be made (a column missing, say): nothing stays cached
+        refused.unpersist()
+        checked.unpersist()
+        raise
+
+
+def _frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]], checked: DataFrame,
+            refused: DataFrame) -> AttemptFrames:
+    """attempt_frames from the cached checked rows and refusals."""
     accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
                 .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
     raw = _fitting(parsed, tombstones=False).select("topic", "partition", "offset", "key", "value")
@@ -205,4 +231,4 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig,
         {sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
                                                [c.name for c in columns[sink.name]])
          for sink in config.sinks},
-        unparsed.select(*letter), refused_raw.select(*letter), bad, refused)
+        unparsed.select(*letter), refused_raw.select(*letter), bad, refused, checked)

@@ -124,11 +124,11 @@ def without(ranges: Sequence[OffsetRange], taken: Sequence[OffsetRange]) -> list
     return left
 
 
-class _Budget:
-    """Isolation's limits, counted once over both searches: the Spark jobs asked (probes and
-    located probes alike) and the records found."""
+class Budget:
+    """Isolation's limits, counted once over both searches and every round of an attempt's
+    write: the Spark jobs asked (probes and located probes alike) and the records found."""
 
-    def __init__(self, max_isolated: int, max_probes: int):
+    def __init__(self, max_isolated: int = MAX_ISOLATED, max_probes: int = MAX_PROBES):
         self.max_isolated, self.max_probes = max_isolated, max_probes
         self.found: dict[OffsetRange, str] = {}
         self.jobs = 0
@@ -147,20 +147,24 @@ class _Budget:
                               "few records: " + describe(self.found))
 
 
-def narrow(failing: Sequence[OffsetRange], probe: Probe, max_isolated: int = MAX_ISOLATED,
-           max_probes: int = MAX_PROBES) -> dict[OffsetRange, str]:
+def narrow(failing: Sequence[OffsetRange], probe: Probe, budget: Budget | None = None) -> dict[OffsetRange, str]:
     """The single offsets (one-offset ranges) whose records fail on their own, with why,
     found by bisecting `failing` (known to fail as a whole). When a failing part's first half
     passes, its second half is not probed but split at once: if single records fail, one is
     there. Each record's probe is on its own, so a failure that needs two records together
     (two rows of one checkpoint breaking a unique constraint) finds none of them: the caller
-    says so. `NotIsolated` beyond the limits."""
-    budget = _Budget(max_isolated, max_probes)
+    says so. `NotIsolated` beyond the limits of `budget` (the attempt's, shared by its rounds)."""
+    budget = budget or Budget()
+    earlier = set(budget.found)
     _bisect(failing, probe, budget)
-    return budget.found
+    return _new(budget, earlier)
 
 
-def _bisect(failing: Sequence[OffsetRange], probe: Probe, budget: _Budget) -> bool:
+def _new(budget: Budget, earlier: set[OffsetRange]) -> dict[OffsetRange, str]:
+    return {offset: why for offset, why in budget.found.items() if offset not in earlier}
+
+
+def _bisect(failing: Sequence[OffsetRange], probe: Probe, budget: Budget) -> bool:
     """`narrow` within a budget that may be shared; whether it found any record."""
     before = len(budget.found)
 
@@ -190,8 +194,8 @@ def _bisect(failing: Sequence[OffsetRange], probe: Probe, budget: _Budget) -> bo
 
 
 def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe, k: int = PIECES,
-                   max_isolated: int = MAX_ISOLATED, max_probes: int = MAX_PROBES,
-                   first: tuple[Sequence[Sequence[OffsetRange]], Located] | None = None) -> dict[OffsetRange, str]:
+                   budget: Budget | None = None, first: tuple[Sequence[Sequence[OffsetRange]], Located] | None = None,
+                   rest_is_the_next_write: bool = False) -> dict[OffsetRange, str]:
     """The single offsets whose records fail on their own, with why, found by the tasks that
     fail. `failing` (known to fail as a whole) is spread over k pieces; a piece whose task
     failed is spread the same way, down to a record, which is probed on its own (so a piece
@@ -202,9 +206,11 @@ def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe,
     taken for the first job. A piece whose failed pieces find nothing is left out of the rest
     with them, its other pieces too: what fails there fails the next round of the write. A
     part whose failure names no task (`Unlocated`) is bisected (`narrow`). `NotIsolated`
-    beyond the limits."""
-    budget = _Budget(max_isolated, max_probes)
-    found = budget.found
+    beyond the limits of `budget`. `rest_is_the_next_write`: once a round found records, the rest is not
+    searched, as the write's next round runs the same job over it first (the transform and
+    row checks, whose rows the write caches), and what fails there is its `first`."""
+    budget = budget or Budget()
+    found, earlier = budget.found, set(budget.found)
 
     def descend(part: list[OffsetRange]) -> bool:
         """Finds records that fail in `part`, which failed; whether it found any."""
@@ -239,7 +245,9 @@ def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe,
         fruitless = [split[i] for i in sorted(hit.failed) if not descend(split[i])]
         rest = without(rest, [*(r for i in sorted(hit.passed) for r in split[i]), *(r for p in fruitless for r in p),
                               *(offset for offset in found if offset not in before)])
-    return found
+        if rest_is_the_next_write and len(found) > len(earlier):
+            break
+    return _new(budget, earlier)
 
 
 def describe(found: dict[OffsetRange, str], limit: int = 5) -> str:

@@ -33,8 +33,9 @@ from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
 from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark.copy_writer import write_staging
 from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, cache_level, checked_rows, in_ranges,
-                                       parse, refused_rows, with_set_aside)
-from exactly_once.spark.isolation import ROWS, Located, NotIsolated, Step, Unlocated, describe, locate_failing, narrow
+                                       parse, with_set_aside)
+from exactly_once.spark.isolation import (MAX_ISOLATED, ROWS, Budget, Located, NotIsolated, Step, Unlocated,
+                                          describe, locate_failing, narrow)
 from exactly_once.spark.spread import FailedTasks, spread
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
@@ -82,8 +83,9 @@ class Staging:
         self.typed: set[str] = set()  # the staging tables whose columns were found to take the frame's types
         # Each isolation finds the records that fail at one step: the transform and row checks,
         # a table's COPY (the sinks' and the dead letters'), a sink's trial. And an upsert's
-        # next-newest row may be refused once its newest is set aside.
-        self.rounds = 2 * len(self.config.sinks) + 4
+        # next-newest row may be refused once its newest is set aside. The transform's
+        # failures may take a round each, up to isolation's limit (its rest is the next round).
+        self.rounds = 2 * len(self.config.sinks) + 4 + MAX_ISOLATED
 
     def write_isolating(self, records: DataFrame, set_aside: SetAside, phase: Phase) -> tuple[int, dict[str, int]]:
         """Stages the records' rows; returns how many records there are and the rows written per sink."""
@@ -94,6 +96,7 @@ class Staging:
                            retry_unknown_ids=self.attempt == 1).persist(cache_level(records.sparkSession))
             count = parsed.count()
         tasks = FailedTasks.of(parsed.sparkSession)
+        budget = Budget()  # isolation's limits, over every round
         try:
             for _ in range(self.rounds):
                 try:
@@ -105,17 +108,17 @@ class Staging:
                         raise refused.__cause__ from None
                     with phase("isolate"):
                         located = (tasks, group) if tasks and self._locatable(refused.step) else None
-                        set_aside += list(self.isolate(parsed, set_aside, refused, located).items())
+                        set_aside += list(self.isolate(parsed, set_aside, refused, located, budget).items())
         finally:
             parsed.unpersist()
         raise NotIsolated(f"checkpoint {self.checkpoint_id}: writes kept failing after isolating "
                           + ", ".join(f"{r.topic}[{r.partition}]@{r.start}" for r, _ in set_aside))
 
     def isolate(self, parsed: DataFrame, set_aside: SetAside, refused: _Refused,
-                located: tuple[FailedTasks, str] | None) -> dict[OffsetRange, str]:
+                located: tuple[FailedTasks, str] | None, budget: Budget) -> dict[OffsetRange, str]:
         """The records that fail on their own, each with why: by the tasks that fail where
         `located` gives the driver's failed tasks and the failed write's job group, else by
-        bisection."""
+        bisection; within the limits of `budget`, which holds the earlier rounds' records."""
         self._delete(self.attempt)
         log.warning("checkpoint %s attempt %s: isolating the records that fail: %s", self.checkpoint_id,
                     self.attempt, refused.reason)
@@ -124,18 +127,21 @@ class Staging:
             return self.probe(with_set_aside(parsed.where(in_ranges(part)), set_aside), refused.step)
 
         if located is None:
-            isolated = narrow(self.ranges, probe)
+            isolated = narrow(self.ranges, probe, budget)
         else:
             tasks, group = located
             isolated = locate_failing(self.ranges, lambda split: self.locate(parsed, set_aside, refused.step, split,
                                                                              tasks), probe,
-                                      first=tasks.failed_write(parsed, group, refused.reason))
+                                      budget=budget, first=tasks.failed_write(parsed, group, refused.reason),
+                                      # the policy `fail` names every record it can at once
+                                      rest_is_the_next_write=refused.step == ROWS
+                                      and self.config.on_bad_record != "fail")
         if not isolated:
             raise NotIsolated(f"checkpoint {self.checkpoint_id}: {refused.reason}; no record fails on its own "
                               "(rows of several records together?)") from refused.__cause__
-        if len(isolated) > 1 and len(isolated) == parsed.where("reason IS NULL").count():
+        if len(budget.found) > 1 and len(budget.found) == parsed.where("reason IS NULL").count():
             raise NotIsolated(f"checkpoint {self.checkpoint_id}: every record fails on its own, so the cause is "
-                              f"not in the records: {describe(isolated)}") from refused.__cause__
+                              f"not in the records: {describe(budget.found)}") from refused.__cause__
         if self.config.on_bad_record == "fail":
             raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint {self.checkpoint_id}: "
                              + describe(isolated))
@@ -162,7 +168,7 @@ class Staging:
                 written[name] = self._write_table(name, frame, tag)
                 faults.point(f"increment.wrote.{name}")
         finally:
-            frames.refused.unpersist()
+            frames.release()
         self._trial_promote(tag, [sink.name for sink in self.refusing])
         return written
 
@@ -232,10 +238,10 @@ class Staging:
         return why
 
     def _check_rows(self, parsed: DataFrame) -> None:
-        """The refused rows computed as the refusals' count computes them (the transform and
-        the row checks), into Spark's noop sink: one stage, without the count's grouping."""
+        """The checked rows computed as the write's cache of them computes them (every column a
+        sink reads, by the transform, and the row checks), into Spark's noop sink."""
         try:
-            refused_rows(checked_rows(parsed, self.config, self.columns)).write.format("noop").mode("overwrite").save()
+            checked_rows(parsed, self.config, self.columns).write.format("noop").mode("overwrite").save()
         except Exception as error:
             raise _Refused(DEAD_LETTERS, error, self.config.transform, ROWS) from error
 
@@ -253,7 +259,7 @@ class Staging:
             for name in tables:
                 self._write_table(name, staging[name].coalesce(1) if one_task else staging[name], tag)
         finally:
-            frames.refused.unpersist()
+            frames.release()
         if step.trial:
             self._trial_promote(tag, tables)
 
