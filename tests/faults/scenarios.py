@@ -96,7 +96,7 @@ def commit_connection_killed(world: World) -> Findings:
 
 def crash_after_commit(world: World) -> Findings:
     """e. The commit task dies after COMMIT, before reporting success: its retry is a no-op."""
-    found, run = _retried(world, "commit", "commit_task.after_commit=exit")
+    found, run = _retried(world, "commit", "commit_task.try1.after_commit=exit")
     found.expect(run.tries_of("commit")[-1].result == {"outcome": "already committed"},
                  f"retry: {run.tries_of('commit')[-1].result}")
     return found

@@ -22,13 +22,13 @@ from exactly_once.config import PipelineConfig
 from exactly_once.connections import (KAFKA, PIPELINE_DB, PIPELINE_DB_JOB, SPARK, connection_problems, connector,
                                       defined_connector, kafka_client, pipeline_db_location, schema_registry_problems)
 from exactly_once.errors import ConfigError
-from exactly_once.ledger import run_refusals
+from exactly_once.ledger import announcements, run_refusals
 from exactly_once.ledger.checkpoints import TaskTry
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.planning import Reach
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.operate import overview
-from exactly_once.orchestration import lineage, tasks
+from exactly_once.orchestration import assets, lineage, tasks
 from exactly_once.orchestration.alerting import Alerts
 from exactly_once.orchestration.observed import observed
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin, after_error
@@ -39,6 +39,14 @@ from exactly_once.spark.runners import job_runner, job_settings
 
 def ledger(config: PipelineConfig, conn_id: str = PIPELINE_DB) -> Ledger:
     return Ledger(config, connector(conn_id))
+
+
+def announce_committed(context, config: PipelineConfig, location: tuple[str, int, str]) -> None:
+    """Asset events for the committed checkpoints this task claims (exactly_once.ledger.announcements):
+    the task's last step, so a try that fails before it claims nothing. `location`: the
+    pipeline database's host, port and name, looked up before anything is committed."""
+    claimed = announcements.claim(ledger(config), assets.announcer(context))
+    assets.announce(context, config, assets.committed_events(config, claimed, *location))
 
 
 def reach_of(run_type: str) -> Reach:
@@ -130,7 +138,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                           "would never stall its checkpoint")
 
     @task.short_circuit(task_id="begin_checkpoint", retries=begin_retries, retry_delay=timedelta(seconds=10),
-                        retry_exponential_backoff=True)
+                        retry_exponential_backoff=True, outlets=assets.table_outlets(config))
     def begin_checkpoint(**context) -> int | None:
         with airflow_outcome(), observed(lambda: ledger(config), alerts, kafka_client, context):
             problems = connection_problems((PIPELINE_DB, PIPELINE_DB_JOB, KAFKA, spark_conn_id))
@@ -141,6 +149,7 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                 run_refusals.record(lambda: ledger(config).connect(), config.name, run_refusals.BEGIN, refused)
                 raise refused
             with KafkaOffsets(kafka_client()) as kafka:  # publishes what earlier runs left, then plans
+                location = pipeline_db_location()
                 begun = tasks.begin_checkpoint(ledger(config), kafka, context["run_id"],
                                                context.get("data_interval_start"),
                                                context.get("data_interval_end"),
@@ -149,21 +158,28 @@ def checkpoint_tasks(config: PipelineConfig, increment_retries: int = 2, commit_
                                                connect_as=defined_connector,
                                                publish_with=kafka_client() if kafka_sinks(config) else None)
             overview.record_dag(connector(), config.name, context["dag"].dag_id)  # the view's links to runs
+            announce_committed(context, config, location)  # what its recovery committed, say
         return None if after_begin(begun) is TaskOutcome.SKIP else begun.checkpoint.id
 
     @task(task_id="commit", retries=commit_retries, retry_delay=timedelta(seconds=5),
-          retry_exponential_backoff=True)
+          retry_exponential_backoff=True, outlets=assets.table_outlets(config))
     def commit(**context) -> str:
         ti = context["ti"]
         with airflow_outcome(), observed(lambda: ledger(config), alerts, kafka_client, context):
-            return tasks.commit_checkpoint(ledger(config), ti.xcom_pull(task_ids="begin_checkpoint"),
-                                           ti.try_number, ti.start_date).value
+            location = pipeline_db_location()
+            outcome = tasks.commit_checkpoint(ledger(config), ti.xcom_pull(task_ids="begin_checkpoint"),
+                                              ti.try_number, ti.start_date)
+            announce_committed(context, config, location)
+            return outcome.value
 
     @task(task_id="publish", retries=commit_retries, retry_delay=timedelta(seconds=5),
-          retry_exponential_backoff=True)
+          retry_exponential_backoff=True, outlets=assets.topic_outlets(config))
     def publish(**context) -> str:
         with airflow_outcome(), observed(lambda: ledger(config), alerts, kafka_client, context):
-            return "; ".join(map(str, tasks.publish_outbox(ledger(config), kafka_client())))
+            client = kafka_client()
+            published = tasks.publish_outbox(ledger(config), client)
+            assets.announce(context, config, assets.published_events(config, published, client.bootstrap_servers))
+            return "; ".join(map(str, published))
 
     begun = begin_checkpoint()
     increment = IncrementOperator(task_id="increment", config=config, conn_id=spark_conn_id, alerts=alerts,

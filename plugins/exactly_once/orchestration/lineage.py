@@ -28,9 +28,13 @@ def inputs(config: PipelineConfig, bootstrap_servers: str) -> list[DatasetName]:
     return [topic(name, bootstrap_servers) for name in config.source.topics]
 
 
+def postgres_namespace(host: str, port: int) -> str:
+    return f"postgres://{host}:{port}"
+
+
 def outputs(config: PipelineConfig, host: str, port: int, database: str, bootstrap_servers: str
             ) -> list[DatasetName]:
-    namespace = f"postgres://{host}:{port}"
+    namespace = postgres_namespace(host, port)
     tables = [".".join(sink.schema_and_table) for sink in config.sinks if sink.mode != "kafka"]
     topics = [topic(sink.topic, bootstrap_servers) for sink in config.sinks if sink.mode == "kafka"]
     return [DatasetName(namespace, f"{database}.{table}") for table in [*tables, f"{LEDGER_SCHEMA}.dead_letters"]] \

@@ -253,7 +253,7 @@ def commit_checkpoint(ledger: Ledger, checkpoint_id: int, try_number: int, try_s
     migrate_through(ledger.connect)
     outcome = ledger.commit(checkpoint_id, None if try_started is None else TaskTry(try_number, try_started))
     log.info("checkpoint %s: %s", checkpoint_id, outcome.value)
-    faults.point("commit_task.after_commit")  # committed, but the task has not reported success
+    faults.point(f"commit_task.try{try_number}.after_commit")  # committed; the task has not reported success
     prune_a_step(ledger)
     return outcome
 

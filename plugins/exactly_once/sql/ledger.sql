@@ -334,6 +334,17 @@ UPDATE exactly_once.checkpoints
 SET state = 'committed', committed_at = %(now)s, replaced = %(replaced)s, contributions_kept = true
 WHERE id = %(checkpoint_id)s;
 
+-- name: claim_announcements
+-- The pipeline's committed checkpoints no task announced yet, or this task's try generation did
+-- (sql/migrations/0023_announcements.sql), claimed by it (exactly_once.ledger.announcements): the
+-- configuration version their attempt ran and, for a reprocessing, the rows it replaced. Empty
+-- checkpoints and the retention's base were never pre-committed: nothing to announce.
+UPDATE exactly_once.checkpoints k SET announced_by = %(announcer)s
+WHERE k.pipeline = %(pipeline)s AND k.state = 'committed' AND k.precommitted_attempt IS NOT NULL
+  AND (k.announced_by IS NULL OR k.announced_by = %(announcer)s)
+RETURNING k.id, k.replaced, (SELECT a.config_version FROM exactly_once.attempts a
+                             WHERE a.checkpoint_id = k.id AND a.attempt = k.precommitted_attempt);
+
 -- name: record_phase_seconds
 -- Seconds of phases of the checkpoint (sql/migrations/0012_phase_seconds_and_alerts.sql), by name.
 UPDATE exactly_once.checkpoints SET phase_seconds = phase_seconds || %(seconds)s::jsonb
