@@ -52,9 +52,12 @@ def for_command_line(read: Callable[[], T]) -> T:
 
 
 def _pipeline_db_parameters(conn_id: str) -> dict:
+    return db_parameters(BaseHook.get_connection(conn_id))
+
+
+def db_parameters(c) -> dict:
     """libpq's connection parameters: the connection's fields, and its extra (libpq
     parameters such as sslmode, which the Spark job carries over to pgjdbc)."""
-    c = BaseHook.get_connection(conn_id)
     fields = {"host": c.host, "port": c.port or 5432, "user": c.login, "password": c.password, "dbname": c.schema}
     return {**{k: v for k, v in fields.items() if v}, **{k: str(v) for k, v in c.extra_dejson.items()}}
 
@@ -91,9 +94,12 @@ def defined_connector(conn_id: str):
 
 
 def kafka_client(conn_id: str = KAFKA) -> KafkaClient:
+    return kafka_client_of(conn_id, BaseHook.get_connection(conn_id))
+
+
+def kafka_client_of(conn_id: str, c) -> KafkaClient:
     """The connection's client config; ConfigError naming the connection unless both the
     planner and Spark's Kafka source can use it."""
-    c = BaseHook.get_connection(conn_id)
     if c.conn_type != "kafka":
         raise ConfigError(f"connection {conn_id!r} is of type {c.conn_type!r}, not 'kafka' (its extra holds the "
                           "Kafka client config, e.g. {\"bootstrap.servers\": \"host:9092\"})")

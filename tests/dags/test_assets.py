@@ -11,6 +11,8 @@ word: tests/ledger/test_announcements.py.)
 
 from __future__ import annotations
 
+import json
+import os
 from datetime import datetime, timezone
 
 import pytest
@@ -117,13 +119,15 @@ def test_a_downstream_dag_runs_once_per_committed_checkpoint_and_finds_exactly_i
                  if state == "committed"}
     announced = events(api, ORDERS_ASSET)
     assert [e["extra"]["checkpoint_id"] for e in announced] == [committed[first], committed[second]], announced
+    assert [(e["source_run_id"], e["source_task_id"]) for e in announced] == [(first, "commit"), (second, "commit")]
     extra = announced[0]["extra"]
     assert extra["pipeline"] == CONFIG.name and extra["sink"] == "orders" and extra["dag_run_id"] == first
     assert set(extra["rows_per_sink"]) == {"orders", "sku_minute_totals", "sku_last_price"}, extra
     assert extra["config_version"] and extra["reprocessing"] is None and extra["ranges"], extra
     published = events(api, DELTAS_ASSET)  # the publish task announces the kafka sink's topic
+    server = json.loads(os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"])["extra"]["bootstrap.servers"].split(",")[0]
     assert [(e["extra"]["sink"], e["uri"]) for e in published] == [
-        ("sku_minute_deltas", f"kafka://{kafka_servers.split(',')[0]}/{DELTAS_TOPIC}")] * len(published), published
+        ("sku_minute_deltas", f"kafka://{server}/{DELTAS_TOPIC}")] * len(published), published
     assert published and all(e["extra"]["records"] > 0 for e in published), published
 
     below.wait("the downstream DAG counted both checkpoints", lambda: len(counted(below)) == 2, 300)

@@ -15,6 +15,7 @@ from exactly_once.ledger.announcements import claim
 from exactly_once.ledger.checkpoints import Outcome, State
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.versions import config_version
 from exactly_once.orchestration import assets, tasks
 from tests.ledger.harness import Pipeline, workload
 from tests.ledger.test_reprocess import query, reprocess
@@ -23,6 +24,15 @@ from tests.ledger.test_reprocess import query, reprocess
 def begin(pipeline: Pipeline, run_id: str):
     with KafkaOffsets(KafkaClient.at(pipeline.servers)) as kafka:
         return tasks.begin_checkpoint(pipeline.ledger, kafka, run_id, None, None)
+
+
+def events_in(pipeline: Pipeline, checkpoint_id: int) -> int:
+    """The append sink's rows of the checkpoint's ranges."""
+    [(rows,)] = query(pipeline, f"SELECT count(*) FROM {pipeline.config.sink('events').table} e "
+                                "JOIN exactly_once.committed_ranges c ON c.topic = e.kafka_topic "
+                                "AND c.partition = e.kafka_partition AND e.kafka_offset >= c.from_offset "
+                                "AND e.kafka_offset < c.to_offset WHERE c.checkpoint_id = %s", checkpoint_id)
+    return rows
 
 
 def test_the_first_task_to_claim_a_committed_checkpoint_announces_it_and_its_retries_again(ledger_db,
@@ -39,7 +49,10 @@ def test_the_first_task_to_claim_a_committed_checkpoint_announces_it_and_its_ret
     assert (announced.checkpoint_id, announced.dag_run_id, announced.replays) == (checkpoint_id, "run1", None)
     assert {sink: announced.rows[sink] for sink in ("events", "latest", "totals")} == {
         sink: len(tables[sink]) for sink in ("events", "latest", "totals")}
-    assert announced.ranges == pipeline.ledger.checkpoint(checkpoint_id).ranges and announced.config_version
+    assert {(r.topic, r.partition, r.start, r.end) for r in announced.ranges if r.size} == set(query(
+        pipeline, "SELECT topic, partition, from_offset, to_offset FROM exactly_once.committed_ranges "
+                  "WHERE checkpoint_id = %s", checkpoint_id))
+    assert announced.config_version == config_version(pipeline.config)
 
     # The task's retry (its try failed after claiming): the same generation, which announces it again.
     assert claim(pipeline.ledger, "run1#0#commit") == [announced]
@@ -69,13 +82,16 @@ def test_a_reprocessing_is_announced_as_one_with_the_rows_it_took_back_and_put_i
     claim(pipeline.ledger, "run1#0#commit")
     fixed = Ledger(load_config({**pipeline.config.model_dump(), "transform": "tests.spark.transforms:measures_v2"}),
                    pipeline.ledger.connect)
+    before = events_in(pipeline, replayed)
     reprocessing = reprocess(pipeline, fixed, replayed, "run1")
 
     [announced] = claim(fixed, "run1#1#commit")
     [(replaced,)] = query(pipeline, "SELECT replaced FROM exactly_once.checkpoints WHERE id = %s", reprocessing)
     assert (announced.checkpoint_id, announced.replays) == (reprocessing, replayed)
-    assert {sink: (announced.taken_back[sink], announced.rows[sink]) for sink in ("events", "latest", "totals")} == {
-        sink: (replaced[sink]["old"], replaced[sink]["new"]) for sink in ("events", "latest", "totals")}
+    assert (announced.taken_back["events"], announced.rows["events"]) == (before, events_in(pipeline, replayed))
+    assert before != announced.rows["events"]  # the new transform drops records
+    assert {sink: (announced.taken_back[sink], announced.rows[sink]) for sink in ("latest", "totals")} == {
+        sink: (replaced[sink]["old"], replaced[sink]["new"]) for sink in ("latest", "totals")}
 
     events = assets.committed_events(fixed.config, [announced], "db.example", 5432, "pipeline")
     schema = fixed.config.name

@@ -40,6 +40,7 @@ from exactly_once.ledger.planning import OffsetSource, PartitionOffsets, Reach, 
 from exactly_once.ledger.refusals import Fenced, NotRunnable, SentBack, StagingIncomplete, Stalled
 from exactly_once.ledger.registration import final_columns, register
 from exactly_once.ledger.rows import LedgerRows, attempt_config, registered_config
+from exactly_once.ledger.waiting import seen_offsets
 from exactly_once.sinks.upsert import ambiguous_partitions
 
 log = logging.getLogger(__name__)
@@ -95,11 +96,8 @@ class Ledger:
             existing = rows.checkpoint_of_run(dag_run_id)
             if existing is not None:
                 return Begun(rows.checkpoint(existing), recovery, new=False)
-        source = self.config.source
-        start_time = source.start if isinstance(source.start, datetime) else None
         # Asked before the lock: a snapshot taken a moment earlier is as valid a planning time.
-        seen = {(topic, p): kafka.offsets(topic, p, interval_start, interval_end, start_time)
-                for topic in source.topics for p in kafka.partitions(topic)}
+        seen = seen_offsets(self.config, kafka, interval_start, interval_end)
         with self.rows() as rows:
             rows.lock()
             checkpoint_id = rows.checkpoint_of_run(dag_run_id)

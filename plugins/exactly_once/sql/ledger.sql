@@ -338,10 +338,18 @@ WHERE id = %(checkpoint_id)s;
 -- The pipeline's committed checkpoints no task announced yet, or this task's try generation did
 -- (sql/migrations/0023_announcements.sql), claimed by it (exactly_once.ledger.announcements): the
 -- configuration version their attempt ran and, for a reprocessing, the rows it replaced. Empty
--- checkpoints and the retention's base were never pre-committed: nothing to announce.
+-- checkpoints and the retention's base were never pre-committed: nothing to announce. Locked in
+-- the order retention's fold locks them (sql/retention.sql, foldable): neither waits on the
+-- other in a cycle.
+WITH claimed AS (
+    SELECT id FROM exactly_once.checkpoints
+    WHERE pipeline = %(pipeline)s AND state = 'committed' AND precommitted_attempt IS NOT NULL
+      AND (announced_by IS NULL OR announced_by = %(announcer)s)
+    ORDER BY committed_at, id
+    FOR UPDATE)
 UPDATE exactly_once.checkpoints k SET announced_by = %(announcer)s
-WHERE k.pipeline = %(pipeline)s AND k.state = 'committed' AND k.precommitted_attempt IS NOT NULL
-  AND (k.announced_by IS NULL OR k.announced_by = %(announcer)s)
+FROM claimed
+WHERE k.id = claimed.id
 RETURNING k.id, k.replaced, (SELECT a.config_version FROM exactly_once.attempts a
                              WHERE a.checkpoint_id = k.id AND a.attempt = k.precommitted_attempt);
 

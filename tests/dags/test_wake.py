@@ -1,0 +1,91 @@
+"""Runs woken by records (exactly_once.orchestration.wake), with the scheduler, dag-processor,
+triggerer and api-server running: the demo pipeline's DAG scheduled only by
+`wake_on_records` (a 2-second poll, a 15-second minimum gap, `max_active_runs=1`) and idle.
+Records produced to its topic start a run that commits them within WOKEN_WITHIN; a burst of
+1,000 records starts one or two runs, not a thousand; the tables equal the oracle.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from exactly_once_demo.oracle import checkpoints
+from exactly_once_demo.produce import produce
+from tests.dags.window import Api, services
+from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
+
+WOKEN_WITHIN = 120  # seconds from the records' transaction to the woken run's end: a 2 s poll, a run of ~40 s
+MIN_GAP = 15
+
+DAG = '''\
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag
+from exactly_once.orchestration.checkpoint_tasks import checkpoint_tasks
+from exactly_once.orchestration.wake import wake_on_records
+from exactly_once_demo.pipeline import config
+
+CONFIG = config()
+
+
+@dag(dag_id="{dag_id}", schedule=wake_on_records(CONFIG, min_gap=timedelta(seconds={min_gap}),
+                                               poll_every=timedelta(seconds=2)),
+     start_date=datetime(2026, 1, 1), catchup=False, is_paused_upon_creation=True, max_active_runs=1)
+def woken():
+    checkpoint_tasks(CONFIG)
+
+
+woken()
+'''
+
+
+@pytest.fixture
+def woken_dag(tmp_path, stack_env):
+    """The DAG, parsed, unpaused, its watcher registered."""
+    dag_id = f"orders_woken_{datetime.now(timezone.utc):%H%M%S}"
+    (tmp_path / f"{dag_id}.py").write_text(DAG.format(dag_id=dag_id, min_gap=MIN_GAP))
+    with services(tmp_path, []) as _:
+        api = Api(stack_env["AIRFLOW__API__BASE_URL"], dag_id)
+        api.wait(f"DAG {dag_id} parsed", lambda: dag_id in {
+            d["dag_id"] for d in api.call("GET", "/dags", params={"dag_id_pattern": dag_id})["dags"]}, 120)
+        api.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        api.wait("the watcher registered", lambda: any(a["watchers"] for a in api.call(
+            "GET", "/assets", params={"name_pattern": "records_waiting"})["assets"]), 180)
+        yield api
+
+
+def woken_runs(api: Api) -> list[dict]:
+    return [r for r in api.call("GET", f"/dags/{api.dag_id}/dagRuns", params={"limit": 100})["dag_runs"]
+            if r["run_type"] == "asset_triggered"]
+
+
+def ended(run: dict) -> float:
+    return datetime.fromisoformat(run["end_date"]).timestamp()
+
+
+def test_records_wake_one_run_that_commits_them_and_a_burst_wakes_one_or_two(fresh_demo, kafka_servers, woken_dag):
+    api = woken_dag
+    time.sleep(10)  # idle: nothing wakes it
+    assert woken_runs(api) == []
+
+    produced = time.time()
+    produce(kafka_servers, 50, seed=1)
+    [first] = api.wait("a woken run", lambda: [r for r in woken_runs(api) if r["state"] == "success"], WOKEN_WITHIN)
+    print(f"records to the woken run's commit: {ended(first) - produced:.1f} s")
+    assert [state for _, _, state, _ in checkpoints(fresh_demo)] == ["committed"]
+
+    time.sleep(MIN_GAP)
+    before = {r["dag_run_id"] for r in woken_runs(api)}
+    burst = time.time()
+    produce(kafka_servers, 1000, seed=2)
+    api.wait("the burst committed", lambda: sum(records or 0 for *_, state, records in checkpoints(fresh_demo)
+                                                if state == "committed") >= 1050, WOKEN_WITHIN)
+    time.sleep(MIN_GAP + 20)  # what a second wake-up starts has started and ended
+    runs = [r for r in woken_runs(api) if r["dag_run_id"] not in before]
+    print(f"burst to its first woken run's commit: {min(ended(r) for r in runs if r['end_date']) - burst:.1f} s; "
+          f"runs: {len(runs)}")
+    assert 1 <= len(runs) <= 2 and {r["state"] for r in runs} == {"success"}, runs
+    assert_tables_equal_the_oracle(fresh_demo, kafka_servers)
