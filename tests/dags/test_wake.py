@@ -2,7 +2,8 @@
 triggerer and api-server running: the demo pipeline's DAG scheduled only by
 `wake_on_records` (a 2-second poll, a 15-second minimum gap, `max_active_runs=1`) and idle.
 Records produced to its topic start a run that commits them within WOKEN_WITHIN; a burst of
-1,000 records starts one or two runs, not a thousand; the tables equal the oracle.
+1,000 records starts one or two runs, not a thousand; with nothing waiting, no run starts;
+the tables equal the oracle.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from datetime import datetime, timezone
 import pytest
 
 from exactly_once_demo.oracle import checkpoints
-from exactly_once_demo.produce import produce
+from exactly_once_demo.pipeline import TOPIC
+from exactly_once_demo.produce import ensure_topic, produce
 from tests.dags.window import Api, services
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
 
@@ -43,14 +45,15 @@ woken()
 
 
 @pytest.fixture
-def woken_dag(tmp_path, stack_env):
-    """The DAG, parsed, unpaused, its watcher registered."""
+def woken_dag(tmp_path, stack_env, fresh_demo, kafka_servers):
+    """The DAG, parsed, unpaused on the demo's empty topic, its watcher registered."""
     dag_id = f"orders_woken_{datetime.now(timezone.utc):%H%M%S}"
     (tmp_path / f"{dag_id}.py").write_text(DAG.format(dag_id=dag_id, min_gap=MIN_GAP))
     with services(tmp_path, []) as _:
         api = Api(stack_env["AIRFLOW__API__BASE_URL"], dag_id)
         api.wait(f"DAG {dag_id} parsed", lambda: dag_id in {
             d["dag_id"] for d in api.call("GET", "/dags", params={"dag_id_pattern": dag_id})["dags"]}, 120)
+        ensure_topic(kafka_servers, TOPIC)  # fresh_demo deleted it: a topic gone would wake a failing run
         api.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
         api.wait("the watcher registered", lambda: any(a["watchers"] for a in api.call(
             "GET", "/assets", params={"name_pattern": "records_waiting"})["assets"]), 180)
@@ -62,30 +65,41 @@ def woken_runs(api: Api) -> list[dict]:
             if r["run_type"] == "asset_triggered"]
 
 
+def settled(api: Api) -> list[dict]:
+    """The woken runs, once none is queued or running."""
+    return api.wait("the woken runs ended", lambda: (lambda runs: runs if all(
+        r["state"] in ("success", "failed") for r in runs) else None)(woken_runs(api)), WOKEN_WITHIN)
+
+
 def ended(run: dict) -> float:
     return datetime.fromisoformat(run["end_date"]).timestamp()
 
 
+def records_committed(db_url: str) -> int:
+    return sum(records or 0 for *_, state, records in checkpoints(db_url) if state == "committed")
+
+
 def test_records_wake_one_run_that_commits_them_and_a_burst_wakes_one_or_two(fresh_demo, kafka_servers, woken_dag):
     api = woken_dag
-    time.sleep(10)  # idle: nothing wakes it
-    assert woken_runs(api) == []
-
     produced = time.time()
     produce(kafka_servers, 50, seed=1)
-    [first] = api.wait("a woken run", lambda: [r for r in woken_runs(api) if r["state"] == "success"], WOKEN_WITHIN)
+    [first, *_] = api.wait("a woken run", lambda: [r for r in woken_runs(api) if r["state"] == "success"],
+                           WOKEN_WITHIN)
     print(f"records to the woken run's commit: {ended(first) - produced:.1f} s")
-    assert [state for _, _, state, _ in checkpoints(fresh_demo)] == ["committed"]
+    assert records_committed(fresh_demo) == 50
+    assert [state for _, _, state, records in checkpoints(fresh_demo) if records] == ["committed"]
 
-    time.sleep(MIN_GAP)
-    before = {r["dag_run_id"] for r in woken_runs(api)}
+    # Idle: nothing waits, nothing wakes it.
+    runs = settled(api)
+    time.sleep(MIN_GAP + 5)
+    assert [r["dag_run_id"] for r in woken_runs(api)] == [r["dag_run_id"] for r in runs]
+
     burst = time.time()
     produce(kafka_servers, 1000, seed=2)
-    api.wait("the burst committed", lambda: sum(records or 0 for *_, state, records in checkpoints(fresh_demo)
-                                                if state == "committed") >= 1050, WOKEN_WITHIN)
-    time.sleep(MIN_GAP + 20)  # what a second wake-up starts has started and ended
-    runs = [r for r in woken_runs(api) if r["dag_run_id"] not in before]
-    print(f"burst to its first woken run's commit: {min(ended(r) for r in runs if r['end_date']) - burst:.1f} s; "
-          f"runs: {len(runs)}")
-    assert 1 <= len(runs) <= 2 and {r["state"] for r in runs} == {"success"}, runs
+    api.wait("the burst committed", lambda: records_committed(fresh_demo) >= 1050, WOKEN_WITHIN)
+    time.sleep(MIN_GAP)  # a second wake-up, if any, has come
+    woken = [r for r in settled(api) if r["dag_run_id"] not in {before["dag_run_id"] for before in runs}]
+    print(f"burst to its first woken run's commit: {min(ended(r) for r in woken) - burst:.1f} s; runs: {len(woken)}")
+    assert 1 <= len(woken) <= 2 and {r["state"] for r in woken} == {"success"}, woken
+    assert records_committed(fresh_demo) == 1050
     assert_tables_equal_the_oracle(fresh_demo, kafka_servers)

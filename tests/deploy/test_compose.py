@@ -39,7 +39,7 @@ DUTIES = {
     "airflow-scheduler": {"AIRFLOW_CONN_PIPELINE_DB", "AIRFLOW_CONN_PIPELINE_DB_JOB", "AIRFLOW_CONN_PIPELINE_DB_READ"},
     "airflow-api-server": {"AIRFLOW_CONN_PIPELINE_DB_READ", "AIRFLOW_CONN_EXACTLY_ONCE_METRICS"},
     "airflow-dag-processor": set(),
-    "airflow-triggerer": set(),
+    "airflow-triggerer": {"AIRFLOW_CONN_PIPELINE_DB_READ"},
     "airflow-init": {"AIRFLOW_CONN_PIPELINE_DB", "AIRFLOW_ADMIN_PASSWORD"},
     "demo": {"AIRFLOW_CONN_PIPELINE_DB"},
 }
@@ -49,7 +49,8 @@ HOLDERS = {
     "POSTGRES_PASSWORD": {"check-secrets", "postgres"},
     "PIPELINE_DB_PASSWORD": {"check-secrets", "postgres", "airflow-scheduler", "airflow-init", "demo"},
     "PIPELINE_DB_JOB_PASSWORD": {"check-secrets", "postgres", "airflow-scheduler"},
-    "PIPELINE_DB_READ_PASSWORD": {"check-secrets", "postgres", "airflow-scheduler", "airflow-api-server"},
+    "PIPELINE_DB_READ_PASSWORD": {"check-secrets", "postgres", "airflow-scheduler", "airflow-api-server",
+                                  "airflow-triggerer"},
     "AIRFLOW_DB_PASSWORD": {"check-secrets", "postgres", *AIRFLOW_ALL},
     "AIRFLOW_ADMIN_PASSWORD": {"check-secrets", "airflow-init"},
     "AIRFLOW_FERNET_KEY": {"check-secrets", *AIRFLOW_ALL},
@@ -284,8 +285,8 @@ def test_each_duty_connects_to_the_pipeline_database_with_its_own_login(resolved
 
 
 def test_each_secret_reaches_only_the_services_of_its_duty(resolved, secrets):
-    """The api-server holds no password of the owner or the job role, the dag-processor and
-    the triggerer no pipeline database password, the UI's password only the one-shot writing it."""
+    """The api-server and the triggerer hold no password of the owner or the job role, the
+    dag-processor no pipeline database password, the UI's password only the one-shot writing it."""
     environments = {name: " ".join(service.get("environment", {}).values())
                     for name, service in resolved["services"].items()}
     for name, holders in HOLDERS.items():
