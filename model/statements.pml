@@ -92,7 +92,7 @@ inline commit(c) {
              }
              CRASH;   /* fault: commit.before_clean_up */
              atomic { cp[c].locker == NOBODY -> delete_staging(c, 0) }
-             CRASH   /* fault: commit_task.try<N>.after_commit */
+             CRASH   /* fault: commit_task.try*.after_commit */
           fi
        :: else -> atomic { end_transaction(); outcome = 2 }   /* StagedDataChanged */
        fi
