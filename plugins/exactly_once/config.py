@@ -168,6 +168,8 @@ class PipelineConfig(Frozen):
     def _tombstones_delete_somewhere(self) -> PipelineConfig:
         """A delete must be ordered like its key's other records: an upsert sink's order_by
         value is the value's, which a tombstone has not; and it names its row by the key alone."""
+        if self.source.envelope == "debezium":
+            return self._change_events_ordered()
         if self.source.tombstones != "delete":
             return self
         upserts = [sink for sink in self.sinks if sink.strategy is UPSERT]
@@ -180,6 +182,23 @@ class PipelineConfig(Frozen):
             raise ValueError("tombstones 'delete' deletes rows of upsert sinks keyed by the key's fields "
                              f"(source.key_schema {sorted(self.source.key_schema)}); "
                              + (f"sinks {unkeyed} are keyed otherwise" if unkeyed else "the pipeline has none"))
+        return self
+
+    def _change_events_ordered(self) -> PipelineConfig:
+        """A change event's row wins by its source position, deletes included, whatever
+        partition or checkpoint brought it: an upsert sink is ordered by debezium_position, and
+        keyed by columns of the row image, which a delete's `before` holds."""
+        from exactly_once.debezium import POSITION
+
+        upserts = [sink for sink in self.sinks if sink.strategy is UPSERT]
+        unordered = [sink.name for sink in upserts if sink.order_by != POSITION]
+        if unordered:
+            raise ValueError(f"envelope 'debezium': upsert sinks {unordered} must be ordered by the source's "
+                             f"position, order_by: {POSITION} (a numeric(38,0) column of their tables)")
+        unkeyed = [sink.name for sink in upserts if not set(sink.keys) <= set(self.source.value_schema)]
+        if unkeyed:
+            raise ValueError(f"envelope 'debezium': upsert sinks {unkeyed} must be keyed by value_schema columns, "
+                             "which a delete event's before image holds")
         return self
 
     def sink(self, name: str) -> Sink:

@@ -89,11 +89,16 @@ class Source(Frozen):
         {}, description="Fields of the key, like value_schema's (string: one string field). A key and a value "
                         "field may not share a name.")
     key_reader_schema: ReaderSchema | None = Field(None, description="avro keys: like value_reader_schema.")
+    envelope: Literal["none", "debezium"] = Field(
+        "none", description="What a value is: none (the record's fields), or debezium: a Debezium change event of "
+                            "one row (JSON, with or without its schema part), whose row image gives value_schema's "
+                            "columns, with debezium_op and debezium_position (the source's log position) beside "
+                            "them; upsert sinks apply it in source order, deletes included (docs/guide/change-feeds.md).")
     tombstones: Literal["dead_letter", "skip", "delete"] = Field(
         "dead_letter", description="A record with a key and a null value: a dead letter; skipped (no row, no dead "
                                    "letter); or delete: it deletes its key's row from each upsert sink ordered by "
                                    "offset (keyed by key fields), ordered like the key's other records, and "
-                                   "makes no row in other sinks.")
+                                   "makes no row in other sinks. Unset under envelope debezium, which skips them.")
 
     @field_validator("value_format")
     @classmethod
@@ -135,9 +140,33 @@ class Source(Frozen):
         shared = sorted(set(self.key_schema) & set(self.value_schema))
         if shared:
             raise ValueError(f"key_schema and value_schema both have {shared}: a column is one or the other")
+        if self.envelope == "debezium":
+            self._change_events_fit()
         if self.tombstones == "delete" and self.key_format == NO_KEY:
             raise ValueError("tombstones 'delete' needs the key decoded (key_format): a delete deletes a key's row")
         return self
+
+    def _change_events_fit(self) -> None:
+        from exactly_once.debezium import COLUMNS
+
+        if self.value_format != "json":
+            raise ValueError(f"envelope 'debezium' reads Debezium's JSON converter (value_format json), not "
+                             f"{self.value_format!r}")
+        if self.key_format != NO_KEY:
+            raise ValueError("envelope 'debezium' takes a row's key from its images: leave key_format unset (the "
+                             "record key is kept in dead letters as bytes)")
+        if self.tombstones != "dead_letter":  # its default, which a configuration read back holds too
+            raise ValueError("envelope 'debezium': a delete event deletes, and the tombstone after it changes "
+                             "nothing (it is skipped); leave tombstones unset")
+        taken = sorted(set(self.value_schema) & set(COLUMNS))
+        if taken:
+            raise ValueError(f"envelope 'debezium' adds the columns {list(COLUMNS)}: value_schema may not have {taken}")
+
+    @property
+    def deletes(self) -> bool:
+        """Whether the records delete rows of upsert sinks: tombstones under `tombstones: delete`,
+        a change feed's delete events."""
+        return self.tombstones == "delete" or self.envelope == "debezium"
 
     def _encoding_fits(self, part: str) -> None:
         name, schema, reader = (getattr(self, f"{part}_{a}") for a in ("format", "schema", "reader_schema"))

@@ -10,6 +10,7 @@ known in advance.
 
 from __future__ import annotations
 
+from exactly_once import debezium
 from exactly_once.config import PipelineConfig, Sink
 from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC
 from exactly_once.spark_types import SparkType, parse
@@ -64,8 +65,11 @@ def summed(spark_type: str) -> str:
 
 
 def record_fields(config: PipelineConfig) -> dict[str, str]:
-    """The decoded key's fields, then the value's: column -> Spark type (they share no name)."""
-    return {**config.source.key_schema, **config.source.value_schema}
+    """The decoded key's fields, then the value's: column -> Spark type (they share no name);
+    of a change feed, the row image's columns and the envelope's (exactly_once.debezium)."""
+    envelope = {debezium.OP: "string", debezium.POSITION: debezium.POSITION_TYPE} \
+        if config.source.envelope == "debezium" else {}
+    return {**config.source.key_schema, **config.source.value_schema, **envelope}
 
 
 def known_types(config: PipelineConfig) -> dict[str, str]:

@@ -1,10 +1,12 @@
-"""Avro beside JSON: N demo orders in each format, each read by a checkpoint of a copy of the
-demo pipeline as its tasks run it (plan, spark-submit of the job with the registry in
-its settings file, commit), repetitions interleaved (the format that runs first alternates),
-medians printed. The JSON topic is the demo's (`produce`: every 7th transaction aborted, a few
-malformed and poison orders); the Avro topic holds the same orders' fields as confluent-kafka's
-serializer writes them (fastavro, the registry's wire format), every 7th transaction aborted too,
-none malformed.
+"""Avro and Debezium change events beside JSON: N demo orders in each format, each read by a
+checkpoint of a copy of the demo pipeline as its tasks run it (plan, spark-submit of the job
+with the registry in its settings file, commit), repetitions interleaved (the format that runs
+first rotates), medians printed. The JSON topic is the demo's (`produce`: every 7th transaction
+aborted, a few malformed and poison orders); the Avro topic holds the same orders' fields as
+confluent-kafka's serializer writes them (fastavro, the registry's wire format), every 7th
+transaction aborted too, none malformed; the Debezium topic holds the JSON topic's orders as
+the after images of create events with the JSON converter's schema part (`source.envelope:
+debezium`, its upsert sink ordered by the source's position).
 
     ./dev bench-formats [--orders 1000000] [--repetitions 3]
 """
@@ -26,7 +28,8 @@ from pathlib import Path
 
 import psycopg2
 
-from exactly_once import connections
+from exactly_once import connections, debezium
+from exactly_once.config import load_config
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
@@ -36,7 +39,7 @@ from exactly_once.orchestration import tasks
 from exactly_once.spark.settings import JobSettings
 from exactly_once.spark.shipping import launcher
 from exactly_once_demo.pipeline import config as demo_config
-from exactly_once_demo.produce import SKUS, produce
+from exactly_once_demo.produce import SKUS, order, produce
 from exactly_once_stack import lifecycle
 from exactly_once_stack.settings import LOCAL, process_environment
 from tests.benchmarks import copies
@@ -48,7 +51,48 @@ READER = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
     {"name": "order_id", "type": "string"}, {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"},
     {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
     {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
-FORMATS = ("json", "avro")
+FORMATS = ("json", "avro", "debezium")
+NAMES = {"json": "JSON", "avro": "Avro", "debezium": "Debezium JSON"}
+
+
+def _debezium_schema_part() -> str:
+    """The schema part Debezium's JSON converter (schemas.enable, its default) puts in every
+    event of a table like the orders, as its PostgreSQL connector writes it."""
+    def struct(name: str, optional: bool, fields: list[tuple[str, str, bool]], **extra) -> dict:
+        return {"type": "struct", "fields": [{"type": t, "optional": o, "field": f} for f, t, o in fields],
+                "optional": optional, "name": name, **extra}
+
+    row = [("order_id", "string", False), ("sku", "string", False), ("qty", "int32", False),
+           ("price", "double", False), ("ts", "string", False)]
+    source = [("version", "string", False), ("connector", "string", False), ("name", "string", False),
+              ("ts_ms", "int64", False), ("snapshot", "string", True), ("db", "string", False),
+              ("sequence", "string", True), ("ts_us", "int64", True), ("ts_ns", "int64", True),
+              ("schema", "string", False), ("table", "string", False), ("txId", "int64", True),
+              ("lsn", "int64", True), ("xmin", "int64", True)]
+    envelope = struct("shop.public.orders.Envelope", False, [("op", "string", False), ("ts_ms", "int64", True)],
+                      version=2)
+    envelope["fields"] = [{**struct("shop.public.orders.Value", True, row), "field": "before"},
+                          {**struct("shop.public.orders.Value", True, row), "field": "after"},
+                          {**struct("io.debezium.connector.postgresql.Source", False, source), "field": "source"},
+                          *envelope["fields"]]
+    return json.dumps(envelope)
+
+
+def debezium_orders():
+    """`produce`'s orders (malformed and poison ones alike) as the after images of Debezium's
+    create events, with the JSON converter's schema part, each at its own LSN."""
+    schema = _debezium_schema_part()
+
+    def encoded(i: int, rng: random.Random, when: datetime) -> tuple[bytes, bytes]:
+        key, value = order(i, rng, when)
+        millis = int(when.timestamp() * 1000)
+        source = (f'{{"version": "3.6.1.Final", "connector": "postgresql", "name": "shop", "ts_ms": {millis}, '
+                  f'"snapshot": "false", "db": "shop", "sequence": null, "ts_us": null, "ts_ns": null, '
+                  f'"schema": "public", "table": "orders", "txId": {1000 + i // 100}, "lsn": {2**28 + 64 * i}, '
+                  f'"xmin": null}}')
+        return key, (f'{{"schema": {schema}, "payload": {{"before": null, "after": {value.decode()}, '
+                     f'"source": {source}, "op": "c", "ts_ms": {millis}}}}}').encode()
+    return encoded
 
 
 def avro_orders(topic: str):
@@ -79,6 +123,8 @@ def checkpoint(fmt: str, topic: str, repetition: int, servers: str, db_url: str,
     config = demo_config(name, topic, name, **avro)
     copies.forget(db_url, config, [name])
     copies.create_demo_tables(db_url, name)
+    if fmt == "debezium":
+        config = _change_feed(config, name)
     ledger = Ledger(config, lambda: psycopg2.connect(db_url))
     ledger.register()
     settings = JobSettings(connections.pipeline_db_url(connections.PIPELINE_DB_JOB), KafkaClient.at(servers),
@@ -100,6 +146,20 @@ def checkpoint(fmt: str, topic: str, repetition: int, servers: str, db_url: str,
             "java_peak_gib": jobs[0].peak_jvm / 2**30}
 
 
+def _change_feed(config, schema: str):
+    """The demo pipeline reading the orders as change events: its upsert sink ordered by the
+    source's position, which its table gets (and the topic, which an order_by's ties compare)."""
+    data = config.model_dump(mode="json")
+    data["source"]["envelope"] = "debezium"
+    for sink in data["sinks"]:
+        if sink["mode"] == "upsert":
+            sink["order_by"] = debezium.POSITION
+    with closing(psycopg2.connect(os.environ["PIPELINE_DB_URL"])) as conn, conn, conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE {schema}.sku_last_price ADD COLUMN {debezium.POSITION} numeric(38,0) NOT NULL, "
+                    "ADD COLUMN IF NOT EXISTS kafka_topic text NOT NULL")
+    return load_config(data)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", type=int, default=1_000_000)
@@ -118,21 +178,25 @@ def main() -> None:
     produce(servers, args.orders, topic=topics["json"], per_transaction=PER_TRANSACTION)
     produce(servers, args.orders, topic=topics["avro"], per_transaction=PER_TRANSACTION,
             encoded=avro_orders(topics["avro"]))
+    produce(servers, args.orders, topic=topics["debezium"], per_transaction=PER_TRANSACTION,
+            encoded=debezium_orders())
     runs = {fmt: [] for fmt in FORMATS}
     for repetition in range(args.repetitions):
-        for fmt in (FORMATS if repetition % 2 == 0 else FORMATS[::-1]):
+        for fmt in FORMATS[repetition % len(FORMATS):] + FORMATS[:repetition % len(FORMATS)]:
             runs[fmt].append(checkpoint(fmt, topics[fmt], repetition, servers, db_url, folder))
             print(fmt, repetition, runs[fmt][-1], flush=True)
-    print(f"\n{args.orders} orders, medians of {args.repetitions} (values in brackets)")
-    print(f"| {'':<22} | {'JSON':>24} | {'Avro':>24} | Avro/JSON |\n|---|---|---|---|")
+    print(f"\n{args.orders} orders, medians of {args.repetitions} (values in brackets); ratios to JSON")
+    others = FORMATS[1:]
+    print("| " + " | ".join(["", *(NAMES[f] for f in FORMATS), *(f"{NAMES[f]}/JSON" for f in others)]) + " |")
+    print("|---" * (len(FORMATS) + len(others) + 1) + "|")
     for figure in ("records", "end_to_end", "job", "read", "write_staging", "java_peak_gib"):
         medians = {fmt: statistics.median(r[figure] for r in runs[fmt]) for fmt in FORMATS}
-        values = {fmt: ", ".join(f"{r[figure]:.3g}" for r in runs[fmt]) for fmt in FORMATS}
-        print(f"| {figure:<22} | {medians['json']:>8.4g} [{values['json']}] | {medians['avro']:>8.4g} "
-              f"[{values['avro']}] | {medians['avro'] / medians['json']:.2f} |")
+        values = [f"{medians[f]:.4g} [{', '.join(f'{r[figure]:.3g}' for r in runs[f])}]" for f in FORMATS]
+        print(f"| {figure} | " + " | ".join([*values, *(f"{medians[f] / medians['json']:.2f}" for f in others)])
+              + " |")
     records = {fmt: statistics.median(r["records"] / r["end_to_end"] for r in runs[fmt]) for fmt in FORMATS}
-    print(f"| records/s end to end   | {records['json']:>8.0f} | {records['avro']:>8.0f} | "
-          f"{records['avro'] / records['json']:.2f} |")
+    print("| records/s end to end | " + " | ".join([*(f"{records[f]:.0f}" for f in FORMATS),
+                                                   *(f"{records[f] / records['json']:.2f}" for f in others)]) + " |")
     for topic in topics.values():
         copies.delete_topic(servers, topic)
 

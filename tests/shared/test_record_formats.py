@@ -78,3 +78,42 @@ def test_tombstones_delete_rows_of_upsert_sinks_ordered_by_offset_and_keyed_by_t
     by_value["sinks"][0].update(keys=["id"])
     with pytest.raises(ConfigError, match=r"sinks \['latest'\] are keyed otherwise"):
         load_config(by_value)
+
+
+def change_feed(**source) -> dict:
+    return {"name": "replica", "source": {"topics": ["source.public.items"], "envelope": "debezium",
+                                          "value_schema": {"id": "int", "name": "string"}, **source},
+            "sinks": [{"name": "items", "table": "replica.items", "mode": "upsert", "keys": ["id"],
+                       "order_by": "debezium_position"},
+                      {"name": "changes", "table": "replica.changes", "mode": "append"}]}
+
+
+@pytest.mark.parametrize(("source", "refusal"), [
+    ({"value_format": "string", "value_schema": {"text": "string"}},
+     "source: envelope 'debezium' reads Debezium's JSON converter (value_format json), not 'string'"),
+    ({"key_format": "json", "key_schema": {"key_id": "int"}},
+     "source: envelope 'debezium' takes a row's key from its images: leave key_format unset"),
+    ({"tombstones": "delete"}, "source: envelope 'debezium': a delete event deletes, and the tombstone after it "
+                               "changes nothing (it is skipped); leave tombstones unset"),
+    ({"value_schema": {"id": "int", "debezium_op": "string"}},
+     "source: envelope 'debezium' adds the columns ['debezium_op', 'debezium_position']: value_schema may not have "
+     "['debezium_op']"),
+])
+def test_a_change_feed_the_envelope_cannot_read_is_refused_naming_the_field(source, refusal):
+    with pytest.raises(ConfigError) as refused:
+        load_config(change_feed(**source))
+    assert refusal in str(refused.value)
+
+
+def test_a_change_feed_upserts_by_the_source_position_keyed_by_the_row_image():
+    config = load_config(change_feed())
+    assert config.source.deletes and load_config(json.loads(config.model_dump_json())) == config  # read back alike
+    by_offset = change_feed()
+    del by_offset["sinks"][0]["order_by"]
+    with pytest.raises(ConfigError, match=r"upsert sinks \['items'\] must be ordered by the source's position, "
+                                          r"order_by: debezium_position"):
+        load_config(by_offset)
+    by_key_field = change_feed()
+    by_key_field["sinks"][0].update(keys=["id", "region"])
+    with pytest.raises(ConfigError, match=r"upsert sinks \['items'\] must be keyed by value_schema columns"):
+        load_config(by_key_field)

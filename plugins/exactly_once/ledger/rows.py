@@ -268,7 +268,7 @@ class LedgerRows:
 
     def sink_tables(self, sink: Sink) -> SinkTables:
         return SinkTables(final_table(sink), self.staging[sink.name], contributions_table(self.config, sink),
-                          self.columns(final_table(sink)), self.config.source.tombstones == "delete",
+                          self.columns(final_table(sink)), self.config.source.deletes,
                           self.config.name)
 
     def promotion(self, sink: Sink, reprocessing: bool) -> list[sql.Composed]:

@@ -28,12 +28,12 @@ class Keyed:
     def merge(self, sink, tables: SinkTables, folded: sql.Composed) -> sql.Composed:
         raise NotImplementedError
 
-    def marks(self, sink) -> list[str]:
+    def marks(self, sink, tables: SinkTables) -> list[str]:
         """Columns of the staging and contributions tables, not the final table's, that the
         folds carry (after the final table's columns) and the contributions keep."""
         return []
 
-    def live(self, sink, folded: sql.Composed, columns: Sequence[str]) -> sql.Composable:
+    def live(self, sink, tables: SinkTables, folded: sql.Composed, columns: Sequence[str]) -> sql.Composable:
         """What of a fold of contributions a recompute puts into the final table (`columns`)."""
         return folded
 
@@ -46,11 +46,11 @@ class Keyed:
         return frozenset(sink.keys)
 
     def promote(self, sink, tables: SinkTables) -> sql.Composed:
-        staged = self.folded(sink, tables.staging, STAGED, [*tables.columns, *self.marks(sink)])
+        staged = self.folded(sink, tables.staging, STAGED, [*tables.columns, *self.marks(sink, tables)])
         return sql.SQL(";\n").join([self.merge(sink, tables, staged), self._statement("keep", sink, tables, staged)])
 
     def replace(self, sink, tables: SinkTables) -> tuple[sql.Composed, sql.Composed]:
-        keys, folded_columns = names(sink.keys), [*tables.columns, *self.marks(sink)]
+        keys, folded_columns = names(sink.keys), [*tables.columns, *self.marks(sink, tables)]
         touched = sql.SQL("({keys}) IN (SELECT {keys} FROM affected_keys)").format(keys=keys)
         put = sql.SQL(";\n").join([
             self._statement("keep", sink, tables, self.folded(sink, tables.staging, STAGED, folded_columns)),
@@ -67,13 +67,14 @@ class Keyed:
                              f"{sorted(missing)}")
         picked = self._statement("picked", sink, tables, sql.SQL(""))
         return self._statement("fold", sink, tables, self.folded(sink, picked, sql.SQL("true"),
-                                                                 [*tables.columns, *self.marks(sink)]))
+                                                                 [*tables.columns, *self.marks(sink, tables)]))
 
     def _statement(self, name: str, sink, tables: SinkTables, folded: sql.Composable) -> sql.Composed:
         columns = self.contribution_columns(sink, tables.columns)
         return sql.SQL(named("merge/keyed.sql")[name]).format(
             final=tables.final, contributions=tables.contributions, folded=folded, keys=names(sink.keys),
-            columns=names(columns), kept=names([*columns, *self.marks(sink)]), live=self.live(sink, folded, columns),
+            columns=names(columns), kept=names([*columns, *self.marks(sink, tables)]),
+            live=self.live(sink, tables, folded, columns),
             tombstoned=self.tombstoned(sink, tables), take_new=each("{c} = EXCLUDED.{c}", [c for c in columns
                                                                                            if c not in sink.keys]),
             same_keys=sql.SQL(" AND ").join(sql.SQL("c.{k} = f.{k}").format(k=sql.Identifier(k)) for k in sink.keys))

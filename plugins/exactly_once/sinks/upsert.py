@@ -18,8 +18,9 @@ is the key's record like any other, and when it is the newest of its key, the ke
 row. So the final table holds, per key, the newest record of every committed checkpoint if
 that is no tombstone, and nothing if it is. Every checkpoint's tombstones are kept among its
 contributions, which is how a merge knows that an older record must not bring a deleted key
-back (sql/merge/upsert.sql). An order_by sink has no tombstones (a tombstone has no order_by
-value: the configuration refuses them); its staged rows all say false.
+back (sql/merge/upsert.sql). An order_by sink takes deletes only from a change feed
+(`source.envelope: debezium`), whose delete events carry their order_by value, the source's
+position (exactly_once.debezium); a tombstone has none, so otherwise its staged rows all say false.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ class Upsert(Keyed):
         newest = F.max_by(F.struct(*columns, tombstone.alias(KAFKA_TOMBSTONE)), F.struct(*_spark_order(rows, sink)))
         return rows.groupBy(*sink.keys).agg(newest.alias("_newest")).select("_newest.*")
 
-    def marks(self, sink) -> list[str]:
-        return [KAFKA_TOMBSTONE] if by_offset(sink) else []
+    def marks(self, sink, tables) -> list[str]:
+        return [KAFKA_TOMBSTONE] if takes_deletes(sink, tables.deletes) else []
 
     def folded(self, sink, source, where, columns) -> sql.Composed:
         return sql.SQL(named("merge/upsert.sql")["newest"]).format(
@@ -93,8 +94,8 @@ class Upsert(Keyed):
 
     def merge(self, sink, tables, folded) -> sql.Composed:
         """`folded` carries kafka_tombstone where the sink takes tombstones (`marks`); only a
-        pipeline whose tombstones delete pays for the merge that keeps deleted keys deleted."""
-        statement = "merge_with_tombstones" if by_offset(sink) and tables.deletes else "merge"
+        pipeline whose records delete pays for the merge that keeps deleted keys deleted."""
+        statement = "merge_with_tombstones" if tables.deletes else "merge"
         return sql.SQL(named("merge/upsert.sql")[statement]).format(
             final=tables.final, contributions=tables.contributions, newest=folded, columns=names(tables.columns),
             keys=names(sink.keys),
@@ -104,13 +105,13 @@ class Upsert(Keyed):
             same_keys=_same_keys(sink, "f", "n"), tombstone_of_key=_same_keys(sink, "c", "n"),
             lock=sql.Literal("exactly_once:tombstones:" + ".".join(tables.final.strings)))
 
-    def live(self, sink, folded, columns) -> sql.Composed:
-        if not by_offset(sink):
-            return super().live(sink, folded, columns)
+    def live(self, sink, tables, folded, columns) -> sql.Composed:
+        if not takes_deletes(sink, tables.deletes):
+            return super().live(sink, tables, folded, columns)
         return sql.SQL(named("merge/upsert.sql")["live"]).format(newest=folded, columns=names(columns))
 
     def tombstoned(self, sink, tables) -> sql.Composable:
-        if not by_offset(sink):
+        if not takes_deletes(sink, tables.deletes):
             return super().tombstoned(sink, tables)
         return sql.SQL(named("merge/upsert.sql")["tombstoned"] + ";\n").format(
             final=tables.final, contributions=tables.contributions, keys=names(sink.keys),
@@ -127,13 +128,21 @@ def ledger_marks(sink) -> tuple[str, ...]:
     return (KAFKA_TOMBSTONE,) if sink.strategy is MODE else ()
 
 
-def tombstone_nulls(sink, columns) -> set[str]:
+def tombstone_nulls(sink, columns, deletes: bool) -> set[str]:
     """Of the final table's `columns`, those a tombstone's staged row leaves null (all but its
-    key and coordinates): the sink's staging table takes nulls there, whatever the final table's
-    NOT NULL (a tombstone never reaches it; the row checks refuse a row's null before staging)."""
-    if not by_offset(sink):
+    key, order_by and coordinates) where the sink takes tombstones (`takes_deletes`): the sink's
+    staging table takes nulls there, whatever the final table's NOT NULL (a tombstone never
+    reaches it; the row checks refuse a row's null before staging)."""
+    if not takes_deletes(sink, deletes):
         return set()
-    return set(columns) - {*sink.keys, *COORDINATES, KAFKA_TIMESTAMP}
+    return set(columns) - {*sink.keys, *order(sink), *COORDINATES, KAFKA_TIMESTAMP}
+
+
+def takes_deletes(sink: Sink, deletes: bool) -> bool:
+    """Whether an upsert sink's folds carry the tombstone mark: ordered by offset, always (its
+    pipeline may have deleted under an earlier configuration); ordered by order_by, when its
+    pipeline's records delete (`deletes`: a change feed's delete events carry their position)."""
+    return sink.strategy is MODE and (sink.order_by is None or deletes)
 
 
 def _same_keys(sink, left: str, right: str) -> sql.Composed:

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from exactly_once.catalog import ColumnType
+from exactly_once import debezium
 from exactly_once.config import NO_KEY, PipelineConfig
 from exactly_once.formats import format_of
 from exactly_once.kafka_columns import (KAFKA_HEADERS, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOMBSTONE,
@@ -25,7 +26,8 @@ from exactly_once.kafka_columns import (KAFKA_HEADERS, KAFKA_OFFSET, KAFKA_PARTI
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.tables import DEAD_LETTERS
 from exactly_once.schema_registry import SchemaRegistry
-from exactly_once.sinks.upsert import by_offset
+from exactly_once.sinks import require_columns
+from exactly_once.sinks.upsert import MODE as UPSERT
 from exactly_once.spark.row_checks import first_refusal, refusals
 from exactly_once.spark.transforms import load_transform
 
@@ -72,12 +74,16 @@ def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry |
 
     null_value = F.col(_RAW).isNull()
     tombstone = null_value & F.col(_RAW_KEY).isNotNull()
-    kept = source.tombstones != "dead_letter"
+    change_events = source.envelope == "debezium"
+    kept = source.tombstones != "dead_letter" or change_events  # skipped after a delete event
 
     def encoded(part: str):
         return replace(source.encoded(part, registry), retry_unknown_ids=retry_unknown_ids)
 
-    value_fields, value_why_not = format_of(source.value_format).decode(shown, encoded("value"))
+    if change_events:
+        value_fields, value_why_not, change_row = debezium.decode("value", source.value_schema, _delete_keys(config))
+    else:
+        value_fields, value_why_not = format_of(source.value_format).decode(shown, encoded("value"))
     decoded = {"parsed": value_fields}
     reasons = [F.col(_TOO_LARGE)]
     if source.key_format != NO_KEY:
@@ -89,10 +95,16 @@ def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry |
                                                              "dead_letter)").cast("string"))
                    .when(null_value, F.lit("value is null")).otherwise(value_why_not(F.col("parsed"))))
     # The fields first, then why not from their columns: each record is decoded once.
-    return (shown.withColumns(decoded)
-            .withColumns({"reason": F.coalesce(*reasons), _TOMBSTONE: tombstone & F.lit(kept), "key": F.col(_RAW_KEY),
-                          "value": F.col(_RAW), _SET_ASIDE: F.lit(False)})
-            .drop(_TOO_LARGE, _RAW_KEY, _RAW))
+    parsed = (shown.withColumns(decoded)
+              .withColumns({"reason": F.coalesce(*reasons), _TOMBSTONE: tombstone & F.lit(kept),
+                            "key": F.col(_RAW_KEY), "value": F.col(_RAW), _SET_ASIDE: F.lit(False)})
+              .drop(_TOO_LARGE, _RAW_KEY, _RAW))
+    return parsed.withColumn("parsed", change_row(F.col("parsed"))) if change_events else parsed
+
+
+def _delete_keys(config: PipelineConfig) -> list[str]:
+    """The columns a delete names its row by: every upsert sink's keys."""
+    return sorted({k for sink in config.sinks if sink.strategy is UPSERT for k in sink.keys})
 
 
 def with_set_aside(parsed: DataFrame, set_aside: SetAside) -> DataFrame:
@@ -141,6 +153,8 @@ def _read_by_sinks(config: PipelineConfig, columns: Mapping[str, list[ColumnType
     for sink in config.sinks:
         read += sink.strategy.record_columns(sink, [c.name for c in columns[sink.name]]) + list(sink.keys)
         read += [sink.order_by] if sink.order_by else []
+    if config.source.envelope == "debezium":
+        read.append(debezium.OP)  # which rows an upsert sink takes (_with_deletes)
     return {name.lower() for name in read}
 
 
@@ -154,7 +168,14 @@ def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str
     checks = []
     for sink in config.sinks:
         taken = set(sink.strategy.record_columns(sink, [c.name for c in columns[sink.name]]))
-        checks += refusals(sink.name, [c for c in columns[sink.name] if c.name in taken], rows.schema)
+        checked = refusals(sink.name, [c for c in columns[sink.name] if c.name in taken], rows.schema)
+        if sink.strategy is UPSERT and config.source.envelope == "debezium":  # a delete writes its key alone
+            require_columns(rows, sink, [debezium.OP])
+            deleting = F.col(debezium.OP) == debezium.DELETE
+            named = refusals(sink.name, [c for c in columns[sink.name] if c.name in {*sink.keys, sink.order_by}],
+                             rows.schema)
+            checked = [F.when(~deleting, check) for check in checked] + [F.when(deleting, c) for c in named]
+        checks += checked
     return rows.withColumn(_REFUSED, first_refusal(checks))
 
 
@@ -164,12 +185,21 @@ def _refused(checked: DataFrame) -> DataFrame:
 
 
 def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig, sink) -> DataFrame:
-    """The sink's rows and, for an upsert sink ordered by offset under `tombstones: delete`,
-    the tombstones, which skip the transform and the row checks: they write no value."""
-    if config.source.tombstones != "delete" or not by_offset(sink):
+    """The sink's rows and, for an upsert sink of a pipeline whose records delete, the deletes
+    as rows marked so, which write no value: tombstones under `tombstones: delete`, which skip
+    the transform and the row checks; a change feed's delete events, which the transform sees
+    and which only their keys' and position's checks refuse (a record with a refused row
+    deletes nothing either)."""
+    if not config.source.deletes or sink.strategy is not UPSERT:
         return accepted
-    return accepted.withColumn(KAFKA_TOMBSTONE, F.lit(False)).unionByName(tombstone_rows(parsed),
-                                                                         allowMissingColumns=True)
+    if config.source.envelope != "debezium":
+        return accepted.withColumn(KAFKA_TOMBSTONE, F.lit(False)).unionByName(tombstone_rows(parsed),
+                                                                             allowMissingColumns=True)
+    deleting = F.col(debezium.OP) == debezium.DELETE
+    deletes = accepted.where(deleting).select(*sink.keys, debezium.POSITION, *COORDINATES,
+                                              F.lit(True).alias(KAFKA_TOMBSTONE))
+    return (accepted.where(~deleting).withColumn(KAFKA_TOMBSTONE, F.lit(False))
+            .unionByName(deletes, allowMissingColumns=True))
 
 
 @dataclass(frozen=True)

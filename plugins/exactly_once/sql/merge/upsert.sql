@@ -5,7 +5,8 @@
 -- partition of one topic. {newest_first} is it descending; {held}, {new}, {staged} and
 -- {kept} are it of the final row, of the row merged, of a staged row and of a contribution.
 --
--- A sink ordered by offset takes tombstones too (staged rows with kafka_tombstone true): the
+-- A sink ordered by offset takes tombstones too (staged rows with kafka_tombstone true), and so
+-- does one ordered by a change feed's position (its delete events, sinks/upsert.py): the
 -- final table holds, per key, the newest record of all committed checkpoints, and no row
 -- when that record is a tombstone. Checkpoints commit in any order, so a deleted key leaves
 -- no row to compare with: its tombstone stays in the contributions table (`keep` in
@@ -21,15 +22,15 @@ WHERE {where}
 ORDER BY {keys}, {newest_first}
 
 -- name: merge
--- A pipeline whose tombstones do not delete, and every sink ordered by order_by: no staged
--- row is a tombstone (the fold may still carry the kafka_tombstone mark, false).
+-- A pipeline whose records do not delete: no staged row is a tombstone (the fold may still
+-- carry the kafka_tombstone mark, false).
 INSERT INTO {final} AS f ({columns})
 SELECT {columns} FROM ({newest}) AS n
 ON CONFLICT ({keys}) DO UPDATE SET {take_new}
 WHERE ({held}) < ({new})
 
 -- name: merge_with_tombstones
--- A sink ordered by offset. The checkpoint's newest row or tombstone per key is kept for
+-- A pipeline whose records delete (tombstones, or a change feed's delete events). The checkpoint's newest row or tombstone per key is kept for
 -- the three statements that read it. They name it pg_temp.newest_staged, and the functions
 -- they call pg_catalog.'s: trial_promote runs them with the ledger owner's rights (search
 -- path pinned, sql/migrations/0018_definers_pinned_search_path.sql), the commit with the

@@ -1,0 +1,122 @@
+"""source.envelope debezium: each record's value is a Debezium change event of one row, as
+Debezium's JSON converter writes it, with its schema part (`{"schema": …, "payload": event}`)
+or without: `op` (c create, r snapshot read, u update, d delete, t truncate), the row's
+`before` and `after` images, and `source`, where the change is in the source database's log.
+
+An event becomes one row: its `after` image for c, r and u, its `before` image for d (value_schema's
+columns), and beside them
+
+- debezium_op, the event's op;
+- debezium_position, the change's position in the source's log, which orders a key's changes in
+  an upsert sink (its order_by) whatever partition or checkpoint brought them. It is PostgreSQL's
+  `source.lsn`; MySQL's `source.file`, `pos` and `row` as one number (the file's sequence number,
+  then pos and row, in 10, 20 and 8 digits); otherwise `source.ts_ms`. The record's Kafka
+  coordinates break ties, as after any order_by. (PostgreSQL gives each change of a key an LSN
+  of its own: only a snapshot's reads share one, each of another key; so txId would break no tie.)
+
+An upsert sink takes c, r and u as rows and d as the delete of its key (a row marked as a
+tombstone, exactly_once.sinks.upsert), so a key's newest change wins, and a delete that is
+newest leaves no row; the Kafka tombstone Debezium writes after a delete changes nothing.
+Append and aggregate sinks take every applied event as a row. An event that is not one (no op,
+an op outside c, r, u, d, an image missing, no position) is a dead letter saying why; so is a
+truncate, which no sink applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+OP, POSITION = "debezium_op", "debezium_position"
+COLUMNS = (OP, POSITION)
+POSITION_TYPE = "decimal(38,0)"
+DELETE = "d"
+APPLIED = ("c", "r", "u", DELETE)
+_SOURCE = "struct<lsn: bigint, txId: bigint, file: string, pos: bigint, row: int, ts_ms: bigint>"
+_NOT_FITTING = "_not_fitting"  # from_json's copy of an event with a field not of its type
+# MySQL's position in 38 digits: the binlog file's sequence number, pos, row.
+_MYSQL_DIGITS = (("file", 10), ("pos", 20), ("row", 8))
+
+
+def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str]
+           ) -> tuple[Column, Callable[[Column], Column], Callable[[Column], Column]]:
+    """(event, why_not, row) of the records' `column`: the event's fields; of the column the
+    event is projected into, null when the event is one to apply, else why not; and the row it
+    makes (value_schema's columns, debezium_op, debezium_position). `delete_keys`: the columns a
+    delete event's before image must hold (every upsert sink's keys)."""
+    from pyspark.sql import functions as F
+
+    image = "struct<" + ", ".join(f"`{c}`: {t}" for c, t in schema.items()) + ">"
+    fields = {"op": "string", "before": image, "after": image, "source": _SOURCE}
+    payload = "struct<" + ", ".join(f"{name}: {t}" for name, t in fields.items()) + ">"
+    text = F.col(column).cast("string")
+    event = F.from_json(text, ", ".join([*(f"{name} {t}" for name, t in fields.items()), f"payload {payload}",
+                                         f"{_NOT_FITTING} string"]),
+                        {"columnNameOfCorruptRecord": _NOT_FITTING})
+
+    def field(e: Column, name: str) -> Column:  # with the schema part, the event is its payload
+        return F.coalesce(e.getField("payload").getField(name), e.getField(name))
+
+    def why_not(e: Column) -> Column:
+        op, before, after = (field(e, name) for name in ("op", "before", "after"))
+        missing_keys = [F.when(before.getField(k).isNull(), F.lit(k)) for k in delete_keys]
+        return (F.when(~F.expr(f"is_valid_utf8(CAST({column} AS STRING))"), F.lit(f"{column} is not valid UTF-8"))
+                .when(F.try_parse_json(text).isNull(), F.lit(f"{column} is not valid JSON"))
+                .when(op.isNull(), F.lit(f"{column} is no Debezium change event: it has no op"))
+                .when(e.getField(_NOT_FITTING).isNotNull(), _misfits(column, text, e, schema))
+                .when(op == "t", F.lit("op t (a truncate of the source table) is applied to no sink: empty them by "
+                                       "hand if the truncate must reach them"))
+                .when(~op.isin(*APPLIED), F.concat(F.lit("op "), op, F.lit(" is none of c, r, u, d")))
+                .when((op != DELETE) & after.isNull(), F.concat(F.lit("op "), op, F.lit(" has no after image")))
+                .when((op == DELETE) & before.isNull(), F.lit("op d has no before image"))
+                .when((op == DELETE) & F.coalesce(*missing_keys, F.lit(None)).isNotNull(),
+                      F.concat(F.lit("op d: its before image lacks the key column(s) "),
+                               F.concat_ws(", ", *missing_keys),
+                               F.lit(" (the source table's replica identity must hold them)")))
+                .when(_position(field(e, "source")).isNull(),
+                      F.lit("the event has no source position (source.lsn, source.file and pos, or source.ts_ms)")))
+
+    def row(e: Column) -> Column:
+        op = field(e, "op")
+        values = F.when(op == DELETE, field(e, "before")).otherwise(field(e, "after"))
+        return F.struct(*(values.getField(c).alias(c) for c in schema), op.alias(OP),
+                        _position(field(e, "source")).alias(POSITION))
+
+    return event, why_not, row
+
+
+def _position(source: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    sequence = F.regexp_extract(source.getField("file"), r"(\d+)$", 1)
+    parts = {"file": sequence, "pos": source.getField("pos").cast("string"),
+             "row": F.coalesce(source.getField("row"), F.lit(0)).cast("string")}
+    fits = (sequence != "") & source.getField("pos").isNotNull()
+    for name, digits in _MYSQL_DIGITS:
+        fits = fits & (F.length(parts[name]) <= digits)
+    mysql = F.concat(*(F.lpad(parts[name], digits, "0") for name, digits in _MYSQL_DIGITS))
+    return (F.when(source.getField("lsn").isNotNull(), source.getField("lsn").cast(POSITION_TYPE))
+            .when(fits, mysql.cast(POSITION_TYPE))
+            .otherwise(source.getField("ts_ms").cast(POSITION_TYPE)))
+
+
+def _misfits(column: str, text: Column, e: Column, schema: Mapping[str, str]) -> Column:
+    """Why an event with a field not of its type does not fit: the image columns whose JSON
+    value is not null but was not read (computed only for such an event)."""
+    from pyspark.sql import functions as F
+
+    parsed = F.try_parse_json(text)
+    found = []
+    for image in ("before", "after"):
+        for c, t in schema.items():
+            json_value = F.coalesce(*(F.call_function("variant_get", parsed, F.lit(f"$.{prefix}{image}.{c}"))
+                                      for prefix in ("payload.", "")))
+            read = F.coalesce(e.getField("payload").getField(image), e.getField(image)).getField(c)
+            not_read = read.isNull() & json_value.isNotNull() & ~F.call_function("is_variant_null", json_value)
+            found.append(F.when(not_read, F.lit(f"{image}.{c}: not {t}")))
+    named = F.concat_ws("; ", *found)
+    return F.concat(F.lit(f"{column} does not fit the change event's schema: "),
+                    F.when(named != "", named).otherwise(F.lit("its op or source fields are not Debezium's types")))

@@ -1,0 +1,236 @@
+"""A source table and its Debezium change feed, replicated by a pipeline with `source.envelope:
+debezium`: the source database is modelled here (its rows, each change at the next LSN, as
+Debezium's PostgreSQL connector writes the events: with or without the JSON converter's schema
+part, a tombstone after each delete, a key update as a delete and a create), the events go to a
+topic's partitions at random (so a key's changes come in any partition and any checkpoint), and
+the oracle compares the replicated table with the source table, to the row; the audit table
+with every event; the dead letters with every event that is none, with its reason."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from contextlib import closing
+from dataclasses import dataclass
+from decimal import Decimal
+
+import psycopg2
+
+from exactly_once.config import PipelineConfig, load_config
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.ledger.checkpoints import Outcome
+from exactly_once.ledger.invariants import violations
+from exactly_once.ledger.kafka_offsets import KafkaOffsets
+from exactly_once.ledger.protocol import Ledger
+from exactly_once.orchestration import tasks
+from exactly_once.orchestration.outcomes import TaskOutcome, after_begin
+from tests.job_role import in_process
+from tests.kafka_records import produce_transactions
+
+TABLES = """
+CREATE SCHEMA {s};
+CREATE TABLE {s}.items (id int PRIMARY KEY, name varchar(20) NOT NULL, qty int NOT NULL,
+    debezium_position numeric(38,0) NOT NULL, kafka_topic text NOT NULL, kafka_partition int NOT NULL,
+    kafka_offset bigint NOT NULL);
+CREATE TABLE {s}.changes (id int NOT NULL, name text, qty int, debezium_op text NOT NULL,
+    debezium_position numeric(38,0) NOT NULL, kafka_topic text NOT NULL, kafka_partition int NOT NULL,
+    kafka_offset bigint NOT NULL, UNIQUE (kafka_topic, kafka_partition, kafka_offset));
+"""
+SCHEMA_PART = {"type": "struct", "optional": False, "name": "source.public.items.Envelope", "fields": [
+    {"field": "before", "type": "struct", "optional": True, "fields": [
+        {"field": "id", "type": "int32"}, {"field": "name", "type": "string"}, {"field": "qty", "type": "int32"}]},
+    {"field": "op", "type": "string"}]}  # abridged: the pipeline reads the payload only
+
+
+@dataclass(frozen=True)
+class Event:
+    """A record as sent: its value (None: a tombstone), what it says (the source change it is,
+    None for a tombstone or a hostile record), its dead letter's reason if any; where it landed."""
+
+    value: bytes | None
+    op: str | None = None
+    row: dict | None = None        # the image the event's row takes: after, or a delete's before
+    position: int | None = None
+    dead: str | None = None
+    partition: int = -1
+    offset: int = -1
+
+
+class SourceTable:
+    """The source database's table `items` (id, name, qty) and the change events its log makes."""
+
+    def __init__(self, seed: int):
+        self.rows: dict[int, dict] = {}
+        self.lsn, self.tx = 10_000_000, 500
+        self.random = random.Random(seed)
+
+    def _event(self, op: str, before: dict | None, after: dict | None, lsn: int, snapshot: bool = False) -> Event:
+        event = {"before": before, "after": after, "op": op, "ts_ms": 1_780_000_000_000 + lsn,
+                 "source": {"connector": "postgresql", "name": "source", "lsn": lsn, "txId": self.tx,
+                            "ts_ms": 1_780_000_000_000 + lsn, "snapshot": "true" if snapshot else "false",
+                            "db": "source", "schema": "public", "table": "items"}}
+        if self.random.random() < 0.5:  # the JSON converter with schemas.enable
+            event = {"schema": SCHEMA_PART, "payload": event}
+        return Event(json.dumps(event).encode(), op, before if op == "d" else after, lsn)
+
+    def _next(self) -> int:
+        self.lsn += self.random.randint(1, 80)
+        return self.lsn
+
+    def insert(self, id: int, name: str, qty: int) -> list[Event]:
+        self.rows[id] = {"id": id, "name": name, "qty": qty}
+        return [self._event("c", None, dict(self.rows[id]), self._next())]
+
+    def update(self, id: int, **changes) -> list[Event]:
+        self.rows[id] = {**self.rows[id], **changes}
+        return [self._event("u", None, dict(self.rows[id]), self._next())]  # replica identity default: no before
+
+    def delete(self, id: int) -> list[Event]:
+        del self.rows[id]
+        return [self._event("d", {"id": id, "name": None, "qty": None}, None, self._next()), Event(None)]
+
+    def rekey(self, old: int, new: int) -> list[Event]:
+        """An update of the primary key: Debezium writes a delete of the old key, its tombstone,
+        then a create of the new one."""
+        row = {**self.rows.pop(old), "id": new}
+        self.rows[new] = row
+        return [self._event("d", {"id": old, "name": None, "qty": None}, None, self._next()), Event(None),
+                self._event("c", None, dict(row), self._next())]
+
+    def transaction(self, *changes) -> list[Event]:
+        """Several changes in one source transaction (one txId)."""
+        self.tx += 1
+        events = [e for change in changes for e in change()]
+        self.tx += 1
+        return events
+
+    def snapshot(self) -> list[Event]:
+        """A snapshot's reads of every row, all at the snapshot's LSN: changes after it have higher ones."""
+        lsn = self._next()
+        return [self._event("r", None, dict(row), lsn, snapshot=True) for row in self.rows.values()]
+
+    def hostile(self, id: int) -> list[Event]:
+        """Records that are no change to apply, each with its dead letter's reason: the source
+        table does not change."""
+        lsn = self._next()
+
+        def raw(event: dict, why: str) -> Event:
+            return Event(json.dumps(event).encode(), dead=why)
+
+        source = {"lsn": lsn, "txId": self.tx}
+        return [
+            raw({"id": id, "name": "x", "qty": 1}, "value is no Debezium change event: it has no op"),
+            raw({"op": "x", "source": source}, "op x is none of c, r, u, d"),
+            raw({"op": "c", "before": None, "after": None, "source": source}, "op c has no after image"),
+            raw({"op": "t", "source": source},
+                "op t (a truncate of the source table) is applied to no sink: empty them by hand if the truncate "
+                "must reach them"),
+            raw({"op": "u", "after": {"id": id, "name": "x", "qty": "many"}, "source": source},
+                "value does not fit the change event's schema: after.qty: not int"),
+            raw({"op": "d", "before": {"name": "x"}, "source": source},
+                "op d: its before image lacks the key column(s) id (the source table's replica identity must hold "
+                "them)"),
+            raw({"op": "c", "after": {"id": id, "name": "x", "qty": 1}, "source": {"db": "source"}},
+                "the event has no source position (source.lsn, source.file and pos, or source.ts_ms)"),
+            raw({"op": "u", "after": {"id": id, "name": "nul\x00here", "qty": 1}, "source": source},
+                "sink items: column name: contains NUL (0x00)"),
+            raw({"op": "u", "after": {"id": id, "name": "n" * 25, "qty": 1}, "source": source},
+                "sink items: column name: 25 characters, longer than character varying(20)"),
+            Event(b"\xff\xfe{", dead="value is not valid UTF-8"),
+            Event(b'{"op": "c", "after": ', dead="value is not valid JSON"),
+        ]
+
+
+class ChangeFeed:
+    """The pipeline replicating `items` from `topic`, run through the product's run path."""
+
+    def __init__(self, db_url: str, servers: str, topic: str, seed: int = 7):
+        self.db_url, self.servers, self.topic = db_url, servers, topic
+        self.source = SourceTable(seed)
+        self.config = self._config()
+        self.ledger = Ledger(self.config, lambda: psycopg2.connect(db_url))
+        self.sent: list[Event] = []
+        self.runs = 0
+
+    def _config(self) -> PipelineConfig:
+        name = f"p{uuid.uuid4().hex[:10]}"
+        with closing(psycopg2.connect(self.db_url)) as conn, conn, conn.cursor() as cur:
+            cur.execute(TABLES.format(s=name))
+        return load_config({
+            "name": name,
+            "source": {"topics": [self.topic], "envelope": "debezium",
+                       "value_schema": {"id": "int", "name": "string", "qty": "int"}},
+            "sinks": [{"name": "items", "table": f"{name}.items", "mode": "upsert", "keys": ["id"],
+                       "order_by": "debezium_position"},
+                      {"name": "changes", "table": f"{name}.changes", "mode": "append"}]})
+
+    def produce(self, events: list[Event]) -> None:
+        """The events in one Kafka transaction, each to a partition at random."""
+        partitions = [self.source.random.randrange(3) for _ in events]
+        produced = produce_transactions(self.servers, self.topic, [(True, [
+            (p, b'{"id": 0}', e.value) for p, e in zip(partitions, events)])])
+        delivered = {}  # in delivery order: matched by partition and value, in the order sent
+        for p in produced:
+            delivered.setdefault((p.partition, p.value), []).append(p)
+        for partition, event in zip(partitions, events):
+            p = delivered[(partition, event.value)].pop(0)
+            self.sent.append(Event(event.value, event.op, event.row, event.position, event.dead, p.partition,
+                                   p.offset))
+
+    def begin(self) -> int | None:
+        self.runs += 1
+        with KafkaOffsets(KafkaClient.at(self.servers)) as kafka:
+            begun = tasks.begin_checkpoint(self.ledger, kafka, f"run{self.runs}", None, None)
+        return begun.checkpoint.id if after_begin(begun) is TaskOutcome.DONE else None
+
+    def increment(self, spark, checkpoint_id: int, runner=None) -> None:
+        tasks.run_increment(self.ledger, checkpoint_id, runner or in_process(spark, self.config.name, self.servers))
+
+    def commit(self, checkpoint_id: int) -> Outcome:
+        return tasks.commit_checkpoint(self.ledger, checkpoint_id, 1)
+
+    def run(self, spark, runner=None) -> int:
+        checkpoint_id = self.begin()
+        assert checkpoint_id is not None
+        self.increment(spark, checkpoint_id, runner)
+        assert self.commit(checkpoint_id) is Outcome.COMMITTED
+        return checkpoint_id
+
+    def expected(self) -> dict[str, set]:
+        applied = [e for e in self.sent if e.op is not None and e.dead is None]
+        newest = {}
+        for e in sorted(applied, key=lambda e: (e.position, e.partition, e.offset)):
+            newest[e.row["id"]] = e
+        items = {(id, e.row["name"], e.row["qty"], Decimal(e.position), e.partition, e.offset)
+                 for id, e in newest.items() if e.op != "d"}
+        # the replica is the source table: its rows, each from the newest change of its key
+        assert {(i, n, q) for i, n, q, *_ in items} == {(r["id"], r["name"], r["qty"])
+                                                         for r in self.source.rows.values()}
+        return {"items": items,
+                "changes": {(e.row["id"], e.row["name"], e.row["qty"], e.op, Decimal(e.position), e.partition,
+                             e.offset) for e in applied},
+                "dead_letters": {(e.partition, e.offset, e.dead) for e in self.sent if e.dead is not None}}
+
+    def actual(self) -> dict[str, set]:
+        name = self.config.name
+        with closing(psycopg2.connect(self.db_url)) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT id, name, qty, debezium_position, kafka_partition, kafka_offset FROM {name}.items")
+            items = cur.fetchall()
+            cur.execute(f"SELECT id, name, qty, debezium_op, debezium_position, kafka_partition, kafka_offset "
+                        f"FROM {name}.changes")
+            changes = cur.fetchall()
+            cur.execute('SELECT partition, "offset", reason FROM exactly_once.dead_letters WHERE pipeline = %s',
+                        (name,))
+            dead = cur.fetchall()
+            assert len(changes) == len(set(changes)) and len(dead) == len(set(dead)), "a record counted twice"
+            assert violations(conn, self.config) == []
+        return {"items": set(items), "changes": set(changes), "dead_letters": set(dead)}
+
+    def assert_exact(self) -> dict[str, set]:
+        expected, actual = self.expected(), self.actual()
+        for table in expected:
+            missing, extra = expected[table] - actual[table], actual[table] - expected[table]
+            assert not (missing or extra), f"{table}: missing {sorted(map(repr, missing))}, not expected " \
+                                           f"{sorted(map(repr, extra))}"
+        return expected
