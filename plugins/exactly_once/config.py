@@ -18,6 +18,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from exactly_once.config_source import NO_KEY, STORED, Column, Frozen, Source, plugin_names, rule
 from exactly_once.dead_letter_budget import DeadLetterBudget
+from exactly_once.debezium import POSITION
 from exactly_once.errors import ConfigError
 from exactly_once.retention_policy import Retention
 from exactly_once.sinks import mode_of
@@ -168,8 +169,6 @@ class PipelineConfig(Frozen):
     def _tombstones_delete_somewhere(self) -> PipelineConfig:
         """A delete must be ordered like its key's other records: an upsert sink's order_by
         value is the value's, which a tombstone has not; and it names its row by the key alone."""
-        if self.source.envelope == "debezium":
-            return self._change_events_ordered()
         if self.source.tombstones != "delete":
             return self
         upserts = [sink for sink in self.sinks if sink.strategy is UPSERT]
@@ -184,12 +183,13 @@ class PipelineConfig(Frozen):
                              + (f"sinks {unkeyed} are keyed otherwise" if unkeyed else "the pipeline has none"))
         return self
 
+    @rule
     def _change_events_ordered(self) -> PipelineConfig:
         """A change event's row wins by its source position, deletes included, whatever
         partition or checkpoint brought it: an upsert sink is ordered by debezium_position, and
         keyed by columns of the row image, which a delete's `before` holds."""
-        from exactly_once.debezium import POSITION
-
+        if self.source.envelope != "debezium":
+            return self
         upserts = [sink for sink in self.sinks if sink.strategy is UPSERT]
         unordered = [sink.name for sink in upserts if sink.order_by != POSITION]
         if unordered:

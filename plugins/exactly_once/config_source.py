@@ -1,5 +1,5 @@
 """The source part of a pipeline's configuration (`exactly_once.config`): topics, start, key
-and value formats, tombstones; and what every part of the configuration shares: frozen
+and value formats, envelope, tombstones; and what every part of the configuration shares: frozen
 models, column names, and `rule`, the checks a configuration version the ledger recorded
 is not put through again.
 """
@@ -13,6 +13,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstrain
                       ValidatorFunctionWrapHandler, field_validator, model_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from exactly_once.debezium import COLUMNS as CHANGE_EVENT_COLUMNS
 from exactly_once.formats import format_of
 from exactly_once.formats._avro_types import mismatches
 from exactly_once.registry import Registry
@@ -147,8 +148,6 @@ class Source(Frozen):
         return self
 
     def _change_events_fit(self) -> None:
-        from exactly_once.debezium import COLUMNS
-
         if self.value_format != "json":
             raise ValueError(f"envelope 'debezium' reads Debezium's JSON converter (value_format json), not "
                              f"{self.value_format!r}")
@@ -158,9 +157,10 @@ class Source(Frozen):
         if self.tombstones != "dead_letter":  # its default, which a configuration read back holds too
             raise ValueError("envelope 'debezium': a delete event deletes, and the tombstone after it changes "
                              "nothing (it is skipped); leave tombstones unset")
-        taken = sorted(set(self.value_schema) & set(COLUMNS))
+        taken = sorted(set(self.value_schema) & set(CHANGE_EVENT_COLUMNS))
         if taken:
-            raise ValueError(f"envelope 'debezium' adds the columns {list(COLUMNS)}: value_schema may not have {taken}")
+            raise ValueError(f"envelope 'debezium' adds the columns {list(CHANGE_EVENT_COLUMNS)}: value_schema may "
+                             f"not have {taken}")
 
     @property
     def deletes(self) -> bool:

@@ -10,9 +10,9 @@ columns), and beside them
 - debezium_position, the change's position in the source's log, which orders a key's changes in
   an upsert sink (its order_by) whatever partition or checkpoint brought them. It is PostgreSQL's
   `source.lsn`; MySQL's `source.file`, `pos` and `row` as one number (the file's sequence number,
-  then pos and row, in 10, 20 and 8 digits); otherwise `source.ts_ms`. The record's Kafka
-  coordinates break ties, as after any order_by. (PostgreSQL gives each change of a key an LSN
-  of its own: only a snapshot's reads share one, each of another key; so txId would break no tie.)
+  then pos and row, in 10, 18 and 10 digits); otherwise `source.ts_ms`. The record's Kafka
+  coordinates break ties, as after any order_by. (PostgreSQL's changes of a key have increasing
+  LSNs, its row lock ordering their transactions; so txId would break no tie.)
 
 An upsert sink takes c, r and u as rows and d as the delete of its key (a row marked as a
 tombstone, exactly_once.sinks.upsert), so a key's newest change wins, and a delete that is
@@ -34,11 +34,14 @@ OP, POSITION = "debezium_op", "debezium_position"
 COLUMNS = (OP, POSITION)
 POSITION_TYPE = "decimal(38,0)"
 DELETE = "d"
-APPLIED = ("c", "r", "u", DELETE)
-_SOURCE = "struct<lsn: bigint, txId: bigint, file: string, pos: bigint, row: int, ts_ms: bigint>"
+EVENT_BYTES = 4096  # an event of a narrow table, both images, with the JSON converter's schema part (~3 KB)
+UPSERTED = ("c", "r", "u")  # an image to take: a create, a snapshot's read, an update
+APPLIED = (*UPSERTED, DELETE)
+_SOURCE = "struct<lsn: bigint, file: string, pos: bigint, row: int, ts_ms: bigint>"  # what a position reads
+_PARTS = ("op", "before", "after", "source")
 _NOT_FITTING = "_not_fitting"  # from_json's copy of an event with a field not of its type
 # MySQL's position in 38 digits: the binlog file's sequence number, pos, row.
-_MYSQL_DIGITS = (("file", 10), ("pos", 20), ("row", 8))
+_MYSQL_DIGITS = (("file", 10), ("pos", 18), ("row", 10))
 
 
 def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str]
@@ -57,55 +60,68 @@ def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str]
                                          f"{_NOT_FITTING} string"]),
                         {"columnNameOfCorruptRecord": _NOT_FITTING})
 
-    def field(e: Column, name: str) -> Column:  # with the schema part, the event is its payload
-        return F.coalesce(e.getField("payload").getField(name), e.getField(name))
-
-    def why_not(e: Column) -> Column:
-        op, before, after = (field(e, name) for name in ("op", "before", "after"))
+    def why_not(parsed: Column) -> Column:
+        e = _event(parsed)
+        op, before, after, position = e.op, e.before, e.after, _position(e.source)
         missing_keys = [F.when(before.getField(k).isNull(), F.lit(k)) for k in delete_keys]
-        return (F.when(~F.expr(f"is_valid_utf8(CAST({column} AS STRING))"), F.lit(f"{column} is not valid UTF-8"))
-                .when(F.try_parse_json(text).isNull(), F.lit(f"{column} is not valid JSON"))
-                .when(op.isNull(), F.lit(f"{column} is no Debezium change event: it has no op"))
-                .when(e.getField(_NOT_FITTING).isNotNull(), _misfits(column, text, e, schema))
-                .when(op == "t", F.lit("op t (a truncate of the source table) is applied to no sink: empty them by "
-                                       "hand if the truncate must reach them"))
-                .when(~op.isin(*APPLIED), F.concat(F.lit("op "), op, F.lit(" is none of c, r, u, d")))
-                .when((op != DELETE) & after.isNull(), F.concat(F.lit("op "), op, F.lit(" has no after image")))
-                .when((op == DELETE) & before.isNull(), F.lit("op d has no before image"))
-                .when((op == DELETE) & F.coalesce(*missing_keys, F.lit(None)).isNotNull(),
-                      F.concat(F.lit("op d: its before image lacks the key column(s) "),
-                               F.concat_ws(", ", *missing_keys),
-                               F.lit(" (the source table's replica identity must hold them)")))
-                .when(_position(field(e, "source")).isNull(),
-                      F.lit("the event has no source position (source.lsn, source.file and pos, or source.ts_ms)")))
+        keyed = F.coalesce(*missing_keys, F.lit(None)).isNull()
+        utf8 = F.expr(f"is_valid_utf8(CAST({column} AS STRING))")
+        # Decided from the parsed fields alone: only an event that is none is parsed again, to say why.
+        applicable = (utf8 & parsed.getField(_NOT_FITTING).isNull() & position.isNotNull()
+                      & ((op.isin(*UPSERTED) & after.isNotNull()) | ((op == DELETE) & before.isNotNull() & keyed)))
+        why = (F.when(~utf8, F.lit(f"{column} is not valid UTF-8"))
+               .when(F.try_parse_json(text).isNull(), F.lit(f"{column} is not valid JSON"))
+               .when(op.isNull(), F.lit(f"{column} is no Debezium change event: it has no op"))
+               .when(parsed.getField(_NOT_FITTING).isNotNull(), _misfits(column, text, e, schema))
+               .when(op == "t", F.lit("op t (a truncate of the source table) is applied to no sink: empty them by "
+                                      "hand if the truncate must reach them"))
+               .when(~op.isin(*APPLIED), F.concat(F.lit("op "), op, F.lit(" is none of c, r, u, d")))
+               .when((op != DELETE) & after.isNull(), F.concat(F.lit("op "), op, F.lit(" has no after image")))
+               .when((op == DELETE) & before.isNull(), F.lit("op d has no before image"))
+               .when((op == DELETE) & ~keyed,
+                     F.concat(F.lit("op d: its before image lacks the key column(s) "), F.concat_ws(", ", *missing_keys),
+                              F.lit(" (the source table's replica identity must hold them)")))
+               .otherwise(F.lit("the event has no source position (source.lsn; source.file, pos and row in 10, 18 "
+                                "and 10 digits; or source.ts_ms)")))
+        return F.when(applicable, F.lit(None).cast("string")).otherwise(why)
 
-    def row(e: Column) -> Column:
-        op = field(e, "op")
-        values = F.when(op == DELETE, field(e, "before")).otherwise(field(e, "after"))
-        return F.struct(*(values.getField(c).alias(c) for c in schema), op.alias(OP),
-                        _position(field(e, "source")).alias(POSITION))
+    def row(parsed: Column) -> Column:
+        e = _event(parsed)
+        values = F.when(e.op == DELETE, e.before).otherwise(e.after)
+        return F.struct(*(values.getField(c).alias(c) for c in schema), e.op.alias(OP),
+                        _position(e.source).alias(POSITION))
 
     return event, why_not, row
 
 
+def _event(parsed: Column) -> Column:
+    """The event of a parsed value: with the JSON converter's schema part, its payload (whole)."""
+    from pyspark.sql import functions as F
+
+    top = F.struct(*(parsed.getField(part).alias(part) for part in _PARTS))
+    return F.when(parsed.getField("payload").isNotNull(), parsed.getField("payload")).otherwise(top)
+
+
 def _position(source: Column) -> Column:
+    """PostgreSQL's LSN; else MySQL's file, pos and row as one number, null when they do not fit
+    its digits (never the time: the two scales do not compare); else the source's time."""
     from pyspark.sql import functions as F
 
     sequence = F.regexp_extract(source.getField("file"), r"(\d+)$", 1)
     parts = {"file": sequence, "pos": source.getField("pos").cast("string"),
              "row": F.coalesce(source.getField("row"), F.lit(0)).cast("string")}
-    fits = (sequence != "") & source.getField("pos").isNotNull()
+    fits = (sequence != "") & (source.getField("pos") >= 0) & (F.coalesce(source.getField("row"), F.lit(0)) >= 0)
     for name, digits in _MYSQL_DIGITS:
         fits = fits & (F.length(parts[name]) <= digits)
     mysql = F.concat(*(F.lpad(parts[name], digits, "0") for name, digits in _MYSQL_DIGITS))
     return (F.when(source.getField("lsn").isNotNull(), source.getField("lsn").cast(POSITION_TYPE))
-            .when(fits, mysql.cast(POSITION_TYPE))
+            .when(source.getField("file").isNotNull(), F.when(fits, mysql.cast(POSITION_TYPE)))
             .otherwise(source.getField("ts_ms").cast(POSITION_TYPE)))
 
 
 def _misfits(column: str, text: Column, e: Column, schema: Mapping[str, str]) -> Column:
-    """Why an event with a field not of its type does not fit: the image columns whose JSON
-    value is not null but was not read (computed only for such an event)."""
+    """Why an event (`_event`) with a field not of its type does not fit: the image columns
+    whose JSON value is not null but was not read (computed only for such an event)."""
     from pyspark.sql import functions as F
 
     parsed = F.try_parse_json(text)
@@ -114,7 +130,7 @@ def _misfits(column: str, text: Column, e: Column, schema: Mapping[str, str]) ->
         for c, t in schema.items():
             json_value = F.coalesce(*(F.call_function("variant_get", parsed, F.lit(f"$.{prefix}{image}.{c}"))
                                       for prefix in ("payload.", "")))
-            read = F.coalesce(e.getField("payload").getField(image), e.getField(image)).getField(c)
+            read = e.getField(image).getField(c)
             not_read = read.isNull() & json_value.isNotNull() & ~F.call_function("is_variant_null", json_value)
             found.append(F.when(not_read, F.lit(f"{image}.{c}: not {t}")))
     named = F.concat_ws("; ", *found)

@@ -124,7 +124,7 @@ def checkpoint(fmt: str, topic: str, repetition: int, servers: str, db_url: str,
     copies.forget(db_url, config, [name])
     copies.create_demo_tables(db_url, name)
     if fmt == "debezium":
-        config = _change_feed(config, name)
+        config = _change_feed(config, name, db_url)
     ledger = Ledger(config, lambda: psycopg2.connect(db_url))
     ledger.register()
     settings = JobSettings(connections.pipeline_db_url(connections.PIPELINE_DB_JOB), KafkaClient.at(servers),
@@ -146,7 +146,7 @@ def checkpoint(fmt: str, topic: str, repetition: int, servers: str, db_url: str,
             "java_peak_gib": jobs[0].peak_jvm / 2**30}
 
 
-def _change_feed(config, schema: str):
+def _change_feed(config, schema: str, db_url: str):
     """The demo pipeline reading the orders as change events: its upsert sink ordered by the
     source's position, which its table gets (and the topic, which an order_by's ties compare)."""
     data = config.model_dump(mode="json")
@@ -154,7 +154,7 @@ def _change_feed(config, schema: str):
     for sink in data["sinks"]:
         if sink["mode"] == "upsert":
             sink["order_by"] = debezium.POSITION
-    with closing(psycopg2.connect(os.environ["PIPELINE_DB_URL"])) as conn, conn, conn.cursor() as cur:
+    with closing(psycopg2.connect(db_url)) as conn, conn, conn.cursor() as cur:
         cur.execute(f"ALTER TABLE {schema}.sku_last_price ADD COLUMN {debezium.POSITION} numeric(38,0) NOT NULL, "
                     "ADD COLUMN IF NOT EXISTS kafka_topic text NOT NULL")
     return load_config(data)

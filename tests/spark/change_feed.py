@@ -32,7 +32,7 @@ TABLES = """
 CREATE SCHEMA {s};
 CREATE TABLE {s}.items (id int PRIMARY KEY, name varchar(20) NOT NULL, qty int NOT NULL,
     debezium_position numeric(38,0) NOT NULL, kafka_topic text NOT NULL, kafka_partition int NOT NULL,
-    kafka_offset bigint NOT NULL);
+    kafka_offset bigint NOT NULL, kafka_timestamp timestamptz NOT NULL);
 CREATE TABLE {s}.changes (id int NOT NULL, name text, qty int, debezium_op text NOT NULL,
     debezium_position numeric(38,0) NOT NULL, kafka_topic text NOT NULL, kafka_partition int NOT NULL,
     kafka_offset bigint NOT NULL, UNIQUE (kafka_topic, kafka_partition, kafka_offset));
@@ -132,11 +132,15 @@ class SourceTable:
                 "op d: its before image lacks the key column(s) id (the source table's replica identity must hold "
                 "them)"),
             raw({"op": "c", "after": {"id": id, "name": "x", "qty": 1}, "source": {"db": "source"}},
-                "the event has no source position (source.lsn, source.file and pos, or source.ts_ms)"),
+                "the event has no source position (source.lsn; source.file, pos and row in 10, 18 and 10 digits; or "
+                "source.ts_ms)"),
             raw({"op": "u", "after": {"id": id, "name": "nul\x00here", "qty": 1}, "source": source},
                 "sink items: column name: contains NUL (0x00)"),
             raw({"op": "u", "after": {"id": id, "name": "n" * 25, "qty": 1}, "source": source},
                 "sink items: column name: 25 characters, longer than character varying(20)"),
+            # a delete the audit table refuses deletes nothing
+            raw({"op": "d", "before": {"id": id, "name": "nul\x00here", "qty": None}, "source": source},
+                "sink changes: column name: contains NUL (0x00)"),
             Event(b"\xff\xfe{", dead="value is not valid UTF-8"),
             Event(b'{"op": "c", "after": ', dead="value is not valid JSON"),
         ]

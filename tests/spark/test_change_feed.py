@@ -8,14 +8,19 @@ commit replayed and a reprocessing, the replicated table equals the source table
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
+from pyspark.sql import functions as F
 
 from exactly_once.faults import ENV as FAULTS
+from exactly_once.config import load_config
+from exactly_once.debezium import POSITION
 from exactly_once.errors import AttemptFailed
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.orchestration import tasks
+from exactly_once.spark.frames import parse
 from exactly_once.spark.runners import ConnectRunner, job_runner
 from exactly_once.spark.settings import JobSettings
 from tests.job_role import job_db_url
@@ -66,14 +71,15 @@ def test_a_replicated_table_equals_its_source_table_through_faults_and_a_reproce
                                                                                      monkeypatch):
     feed = ChangeFeed(ledger_db, kafka_servers, topic)
     second = changes_in_three_checkpoints(feed, Run(feed, spark), monkeypatch)
-    expected = feed.assert_exact()
-    assert {d[2] for d in expected["dead_letters"]} and len(expected["items"]) == len(feed.source.rows) > 200
+    feed.assert_exact()
+    actual = feed.actual()
+    assert len(actual["dead_letters"]) == 12 and len(actual["items"]) > 200 and (8,) in {r[:1] for r in actual["items"]}
     assert len({e.partition for e in feed.sent if e.op and e.row["id"] == 3}) > 1  # a key's changes spread
 
     reprocessing = tasks.reprocess_checkpoint(feed.ledger, second, "test").checkpoint.id
     feed.increment(spark, reprocessing)
     assert feed.commit(reprocessing) is Outcome.COMMITTED
-    assert feed.assert_exact() == expected
+    feed.assert_exact()
 
 
 @pytest.mark.variant
@@ -86,3 +92,31 @@ def test_the_same_over_spark_connect_as_the_airflow_task_runs_it(connect_server,
     assert isinstance(runner, ConnectRunner)
     changes_in_three_checkpoints(feed, Run(feed, None, runner), monkeypatch)
     feed.assert_exact()
+
+
+def test_positions_order_mysql_files_by_number_and_fall_back_to_the_source_time(spark):
+    """MySQL's file, pos and row make one number that orders binlog files by their sequence
+    number (000009 before 000010); parts that do not fit its digits make no position (a dead
+    letter), never the time; without lsn or file, source.ts_ms."""
+    config = load_config({"name": "p", "source": {"topics": ["t"], "envelope": "debezium",
+                                                  "value_schema": {"id": "int"}},
+                          "sinks": [{"name": "s", "table": "s", "mode": "append"}]})
+
+    def event(**source) -> bytes:
+        return json.dumps({"op": "c", "after": {"id": 1}, "source": source}).encode()
+
+    values = [event(file="mysql-bin.000009", pos=98765, row=2), event(file="mysql-bin.000010", pos=4),
+              event(file="mysql-bin.000010", pos=4, row=1), event(lsn=7, file="mysql-bin.000001", pos=1),
+              event(ts_ms=1_780_000_000_000), event(file="binlog", pos=4, ts_ms=1),
+              event(file="mysql-bin.000010", pos=-4), event(file="mysql-bin.000010", pos=10**18)]
+    records = spark.createDataFrame([("t", 0, i, None, v) for i, v in enumerate(values)],
+                                    "topic string, partition int, offset long, key binary, value binary")
+    parsed = parse(records.withColumns({"timestamp": F.current_timestamp(), "headers": F.lit(None)}), config)
+    found = [(row["parsed"][POSITION], row["reason"]) for row in parsed.orderBy("offset").collect()]
+    no_position = ("the event has no source position (source.lsn; source.file, pos and row in 10, 18 and 10 "
+                   "digits; or source.ts_ms)")
+    assert found == [(Decimal("9" + "000000000000098765" + "0000000002"), None),
+                     (Decimal("10" + "000000000000000004" + "0000000000"), None),
+                     (Decimal("10" + "000000000000000004" + "0000000001"), None),
+                     (Decimal(7), None), (Decimal(1_780_000_000_000), None),
+                     (None, no_position), (None, no_position), (None, no_position)]

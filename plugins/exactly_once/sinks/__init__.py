@@ -50,9 +50,9 @@ class Sink(Protocol):
 @dataclass(frozen=True)
 class SinkTables:
     """A sink's tables as its statements name them, and the final table's columns in table order;
-    whether its pipeline's tombstones delete (`source.tombstones`), which only an upsert sink
-    ordered by offset reads: a merge that keeps deleted keys deleted costs more; its pipeline's
-    name, which a kafka sink's outbox rows carry."""
+    whether its pipeline's records delete (tombstones under `source.tombstones: delete`, a
+    change feed's delete events), which only an upsert sink reads: a merge that keeps deleted
+    keys deleted costs more; its pipeline's name, which a kafka sink's outbox rows carry."""
 
     final: sql.Identifier
     staging: sql.Identifier

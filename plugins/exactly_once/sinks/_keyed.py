@@ -18,8 +18,7 @@ STAGED = sql.SQL("checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s")
 
 class Keyed:
     """A mode supplies `folded` (its fold of some rows per key) and `merge` (how a fold
-    merges into the final table); an upsert sink ordered by offset also `marks` its rows as
-    tombstones or not, and says which folded rows a recompute puts in (`live`) and which keys
+    merges into the final table); an upsert sink also `marks` its rows as tombstones or not, and says which folded rows a recompute puts in (`live`) and which keys
     it deletes for their tombstones (`tombstoned`)."""
 
     def folded(self, sink, source: sql.Identifier, where: sql.Composable, columns: Sequence[str]) -> sql.Composed:

@@ -21,6 +21,9 @@ contributions, which is how a merge knows that an older record must not bring a 
 back (sql/merge/upsert.sql). An order_by sink takes deletes only from a change feed
 (`source.envelope: debezium`), whose delete events carry their order_by value, the source's
 position (exactly_once.debezium); a tombstone has none, so otherwise its staged rows all say false.
+Every upsert sink's folds carry the mark, whatever its pipeline's configuration says now: a
+fold (retention) or a recompute (reprocessing) never turns a tombstone kept under an earlier
+configuration into a row.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ class Upsert(Keyed):
         return rows.groupBy(*sink.keys).agg(newest.alias("_newest")).select("_newest.*")
 
     def marks(self, sink, tables) -> list[str]:
-        return [KAFKA_TOMBSTONE] if takes_deletes(sink, tables.deletes) else []
+        return [KAFKA_TOMBSTONE]
 
     def folded(self, sink, source, where, columns) -> sql.Composed:
         return sql.SQL(named("merge/upsert.sql")["newest"]).format(
@@ -106,13 +109,9 @@ class Upsert(Keyed):
             lock=sql.Literal("exactly_once:tombstones:" + ".".join(tables.final.strings)))
 
     def live(self, sink, tables, folded, columns) -> sql.Composed:
-        if not takes_deletes(sink, tables.deletes):
-            return super().live(sink, tables, folded, columns)
         return sql.SQL(named("merge/upsert.sql")["live"]).format(newest=folded, columns=names(columns))
 
     def tombstoned(self, sink, tables) -> sql.Composable:
-        if not takes_deletes(sink, tables.deletes):
-            return super().tombstoned(sink, tables)
         return sql.SQL(named("merge/upsert.sql")["tombstoned"] + ";\n").format(
             final=tables.final, contributions=tables.contributions, keys=names(sink.keys),
             same_keys=_same_keys(sink, "c", "f"),
@@ -130,19 +129,12 @@ def ledger_marks(sink) -> tuple[str, ...]:
 
 def tombstone_nulls(sink, columns, deletes: bool) -> set[str]:
     """Of the final table's `columns`, those a tombstone's staged row leaves null (all but its
-    key, order_by and coordinates) where the sink takes tombstones (`takes_deletes`): the sink's
-    staging table takes nulls there, whatever the final table's NOT NULL (a tombstone never
+    key, order_by and coordinates) where the sink takes tombstones (ordered by offset, or in a
+    pipeline whose records delete: `deletes`): the sink's staging table takes nulls there, whatever the final table's NOT NULL (a tombstone never
     reaches it; the row checks refuse a row's null before staging)."""
-    if not takes_deletes(sink, deletes):
+    if not (by_offset(sink) or deletes):
         return set()
     return set(columns) - {*sink.keys, *order(sink), *COORDINATES, KAFKA_TIMESTAMP}
-
-
-def takes_deletes(sink: Sink, deletes: bool) -> bool:
-    """Whether an upsert sink's folds carry the tombstone mark: ordered by offset, always (its
-    pipeline may have deleted under an earlier configuration); ordered by order_by, when its
-    pipeline's records delete (`deletes`: a change feed's delete events carry their position)."""
-    return sink.strategy is MODE and (sink.order_by is None or deletes)
 
 
 def _same_keys(sink, left: str, right: str) -> sql.Composed:

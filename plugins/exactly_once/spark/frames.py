@@ -17,8 +17,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from exactly_once.catalog import ColumnType
 from exactly_once import debezium
+from exactly_once.catalog import ColumnType
 from exactly_once.config import NO_KEY, PipelineConfig
 from exactly_once.formats import format_of
 from exactly_once.kafka_columns import (KAFKA_HEADERS, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOMBSTONE,
@@ -171,7 +171,7 @@ def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str
         checked = refusals(sink.name, [c for c in columns[sink.name] if c.name in taken], rows.schema)
         if sink.strategy is UPSERT and config.source.envelope == "debezium":  # a delete writes its key alone
             require_columns(rows, sink, [debezium.OP])
-            deleting = F.col(debezium.OP) == debezium.DELETE
+            deleting = _deleting()
             named = refusals(sink.name, [c for c in columns[sink.name] if c.name in {*sink.keys, sink.order_by}],
                              rows.schema)
             checked = [F.when(~deleting, check) for check in checked] + [F.when(deleting, c) for c in named]
@@ -184,20 +184,25 @@ def _refused(checked: DataFrame) -> DataFrame:
     return checked.where(F.col(_REFUSED).isNotNull()).groupBy(*COORDINATES).agg(F.min(_REFUSED).alias("reason"))
 
 
+def _deleting() -> Column:
+    """Whether a change feed's transformed row is a delete's (a null op, a transform's, is none)."""
+    return F.coalesce(F.col(debezium.OP) == debezium.DELETE, F.lit(False))
+
+
 def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig, sink) -> DataFrame:
     """The sink's rows and, for an upsert sink of a pipeline whose records delete, the deletes
     as rows marked so, which write no value: tombstones under `tombstones: delete`, which skip
     the transform and the row checks; a change feed's delete events, which the transform sees
-    and which only their keys' and position's checks refuse (a record with a refused row
-    deletes nothing either)."""
+    and this sink's checks refuse only for their key or position (a record another sink
+    refuses deletes nothing either)."""
     if not config.source.deletes or sink.strategy is not UPSERT:
         return accepted
     if config.source.envelope != "debezium":
         return accepted.withColumn(KAFKA_TOMBSTONE, F.lit(False)).unionByName(tombstone_rows(parsed),
                                                                              allowMissingColumns=True)
-    deleting = F.col(debezium.OP) == debezium.DELETE
-    deletes = accepted.where(deleting).select(*sink.keys, debezium.POSITION, *COORDINATES,
-                                              F.lit(True).alias(KAFKA_TOMBSTONE))
+    deleting = _deleting()
+    kept = [c for c in (*COORDINATES, KAFKA_TIMESTAMP) if c in accepted.columns]
+    deletes = accepted.where(deleting).select(*sink.keys, debezium.POSITION, *kept, F.lit(True).alias(KAFKA_TOMBSTONE))
     return (accepted.where(~deleting).withColumn(KAFKA_TOMBSTONE, F.lit(False))
             .unionByName(deletes, allowMissingColumns=True))
 

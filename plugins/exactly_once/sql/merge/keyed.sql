@@ -1,6 +1,6 @@
 -- What upsert and aggregate sinks share (plugins/exactly_once/sinks/_keyed.py): each
 -- checkpoint's contribution is kept — per key its newest row (or tombstone, for an upsert
--- sink ordered by offset), per group its folded measures — in the sink's contributions
+-- sink), per group its folded measures — in the sink's contributions
 -- table, so a reprocessing can take one back and recompute the keys it touches from every
 -- checkpoint's latest contribution. {folded} is the mode's fold of the rows its WHERE picks,
 -- with the columns {kept} names (the final table's {columns}, and the mode's marks).

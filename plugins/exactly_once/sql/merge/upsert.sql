@@ -30,8 +30,8 @@ ON CONFLICT ({keys}) DO UPDATE SET {take_new}
 WHERE ({held}) < ({new})
 
 -- name: merge_with_tombstones
--- A pipeline whose records delete (tombstones, or a change feed's delete events). The checkpoint's newest row or tombstone per key is kept for
--- the three statements that read it. They name it pg_temp.newest_staged, and the functions
+-- A pipeline whose records delete (tombstones, or a change feed's delete events). The
+-- checkpoint's newest row or tombstone per key is kept for the three statements that read it. They name it pg_temp.newest_staged, and the functions
 -- they call pg_catalog.'s: trial_promote runs them with the ledger owner's rights (search
 -- path pinned, sql/migrations/0018_definers_pinned_search_path.sql), the commit with the
 -- commit role's search path, and neither may reach an object another role made.
