@@ -298,3 +298,11 @@ def compare(expected: Expected, actual: Tables) -> Comparison:
 def assert_exact(expected: Expected, actual: Tables) -> None:
     comparison = compare(expected, actual)
     assert comparison.exact, str(comparison)
+
+
+def assert_same_rows(expected: dict[str, set], actual: dict[str, set]) -> None:
+    """Each table's rows (as sets) equal the model's; what is missing or not expected shown sorted."""
+    for table in expected:
+        missing, extra = expected[table] - actual[table], actual[table] - expected[table]
+        assert not (missing or extra), f"{table}: missing {sorted(map(repr, missing))}, not expected " \
+                                       f"{sorted(map(repr, extra))}"

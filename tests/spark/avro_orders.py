@@ -28,6 +28,7 @@ from exactly_once.orchestration.outcomes import TaskOutcome, after_begin
 from exactly_once.spark.report import AttemptReport
 from tests.job_role import in_process
 from tests.kafka_records import produce_transactions
+from tests.oracle import assert_same_rows
 
 REGISTRY = "schema_registry_default"
 TABLES = """
@@ -174,11 +175,8 @@ class AvroOrders:
     def assert_exact(self) -> dict[str, set]:
         """The tables and dead letters equal the model's, to the row (each table's rows shown
         sorted when not); the model's tables."""
-        expected, actual = self.expected(), self.actual()
-        for table in expected:
-            missing, extra = expected[table] - actual[table], actual[table] - expected[table]
-            assert not (missing or extra), f"{table}: missing {sorted(map(repr, missing))}, not expected " \
-                                           f"{sorted(map(repr, extra))}"
+        expected = self.expected()
+        assert_same_rows(expected, self.actual())
         return expected
 
     def actual(self) -> dict[str, set]:
