@@ -18,8 +18,9 @@ STAGED = sql.SQL("checkpoint_id = %(checkpoint_id)s AND attempt = %(attempt)s")
 
 class Keyed:
     """A mode supplies `folded` (its fold of some rows per key) and `merge` (how a fold
-    merges into the final table); an upsert sink also `marks` its rows as tombstones or not, and says which folded rows a recompute puts in (`live`) and which keys
-    it deletes for their tombstones (`tombstoned`)."""
+    merges into the final table); an upsert sink also `marks` its rows as tombstones or not,
+    and says which folded rows a recompute puts in (`live`) and which keys it deletes for
+    their tombstones (`tombstoned`)."""
 
     def folded(self, sink, source: sql.Identifier, where: sql.Composable, columns: Sequence[str]) -> sql.Composed:
         raise NotImplementedError
@@ -27,12 +28,12 @@ class Keyed:
     def merge(self, sink, tables: SinkTables, folded: sql.Composed) -> sql.Composed:
         raise NotImplementedError
 
-    def marks(self, sink, tables: SinkTables) -> list[str]:
+    def marks(self, sink) -> list[str]:
         """Columns of the staging and contributions tables, not the final table's, that the
         folds carry (after the final table's columns) and the contributions keep."""
         return []
 
-    def live(self, sink, tables: SinkTables, folded: sql.Composed, columns: Sequence[str]) -> sql.Composable:
+    def live(self, sink, folded: sql.Composed, columns: Sequence[str]) -> sql.Composable:
         """What of a fold of contributions a recompute puts into the final table (`columns`)."""
         return folded
 
@@ -45,11 +46,11 @@ class Keyed:
         return frozenset(sink.keys)
 
     def promote(self, sink, tables: SinkTables) -> sql.Composed:
-        staged = self.folded(sink, tables.staging, STAGED, [*tables.columns, *self.marks(sink, tables)])
+        staged = self.folded(sink, tables.staging, STAGED, [*tables.columns, *self.marks(sink)])
         return sql.SQL(";\n").join([self.merge(sink, tables, staged), self._statement("keep", sink, tables, staged)])
 
     def replace(self, sink, tables: SinkTables) -> tuple[sql.Composed, sql.Composed]:
-        keys, folded_columns = names(sink.keys), [*tables.columns, *self.marks(sink, tables)]
+        keys, folded_columns = names(sink.keys), [*tables.columns, *self.marks(sink)]
         touched = sql.SQL("({keys}) IN (SELECT {keys} FROM affected_keys)").format(keys=keys)
         put = sql.SQL(";\n").join([
             self._statement("keep", sink, tables, self.folded(sink, tables.staging, STAGED, folded_columns)),
@@ -66,14 +67,13 @@ class Keyed:
                              f"{sorted(missing)}")
         picked = self._statement("picked", sink, tables, sql.SQL(""))
         return self._statement("fold", sink, tables, self.folded(sink, picked, sql.SQL("true"),
-                                                                 [*tables.columns, *self.marks(sink, tables)]))
+                                                                 [*tables.columns, *self.marks(sink)]))
 
     def _statement(self, name: str, sink, tables: SinkTables, folded: sql.Composable) -> sql.Composed:
         columns = self.contribution_columns(sink, tables.columns)
         return sql.SQL(named("merge/keyed.sql")[name]).format(
             final=tables.final, contributions=tables.contributions, folded=folded, keys=names(sink.keys),
-            columns=names(columns), kept=names([*columns, *self.marks(sink, tables)]),
-            live=self.live(sink, tables, folded, columns),
+            columns=names(columns), kept=names([*columns, *self.marks(sink)]), live=self.live(sink, folded, columns),
             tombstoned=self.tombstoned(sink, tables), take_new=each("{c} = EXCLUDED.{c}", [c for c in columns
                                                                                            if c not in sink.keys]),
             same_keys=sql.SQL(" AND ").join(sql.SQL("c.{k} = f.{k}").format(k=sql.Identifier(k)) for k in sink.keys))

@@ -87,7 +87,7 @@ class Upsert(Keyed):
         newest = F.max_by(F.struct(*columns, tombstone.alias(KAFKA_TOMBSTONE)), F.struct(*_spark_order(rows, sink)))
         return rows.groupBy(*sink.keys).agg(newest.alias("_newest")).select("_newest.*")
 
-    def marks(self, sink, tables) -> list[str]:
+    def marks(self, sink) -> list[str]:
         return [KAFKA_TOMBSTONE]
 
     def folded(self, sink, source, where, columns) -> sql.Composed:
@@ -96,8 +96,8 @@ class Upsert(Keyed):
             newest_first=sql.SQL(", ").join(c + sql.SQL(" DESC") for c in _compared(sink)))
 
     def merge(self, sink, tables, folded) -> sql.Composed:
-        """`folded` carries kafka_tombstone where the sink takes tombstones (`marks`); only a
-        pipeline whose records delete pays for the merge that keeps deleted keys deleted."""
+        """`folded` carries kafka_tombstone (`marks`); only a pipeline whose records delete pays
+        for the merge that keeps deleted keys deleted."""
         statement = "merge_with_tombstones" if tables.deletes else "merge"
         return sql.SQL(named("merge/upsert.sql")[statement]).format(
             final=tables.final, contributions=tables.contributions, newest=folded, columns=names(tables.columns),
@@ -108,7 +108,7 @@ class Upsert(Keyed):
             same_keys=_same_keys(sink, "f", "n"), tombstone_of_key=_same_keys(sink, "c", "n"),
             lock=sql.Literal("exactly_once:tombstones:" + ".".join(tables.final.strings)))
 
-    def live(self, sink, tables, folded, columns) -> sql.Composed:
+    def live(self, sink, folded, columns) -> sql.Composed:
         return sql.SQL(named("merge/upsert.sql")["live"]).format(newest=folded, columns=names(columns))
 
     def tombstoned(self, sink, tables) -> sql.Composable:
