@@ -8,11 +8,15 @@ columns), and beside them
 
 - debezium_op, the event's op;
 - debezium_position, the change's position in the source's log, which orders a key's changes in
-  an upsert sink (its order_by) whatever partition or checkpoint brought them. It is PostgreSQL's
-  `source.lsn`; MySQL's `source.file`, `pos` and `row` as one number (the file's sequence number,
-  then pos and row, in 10, 18 and 10 digits); otherwise `source.ts_ms`. The record's Kafka
-  coordinates break ties, as after any order_by. (PostgreSQL's changes of a key have increasing
-  LSNs, its row lock ordering their transactions; so txId would break no tie.)
+  an upsert sink (its order_by) whatever partition or checkpoint brought them: in commit order.
+  PostgreSQL's is `source.sequence`'s first LSN (the commit of the transaction streamed before
+  the event's: the same for a transaction's events, rising with each commit; null, as 0, on a
+  snapshot's reads and the first transaction after it), then 1 for a streamed change or 0 for a
+  snapshot's read, then `source.lsn` (the change's place in the log, rising within a
+  transaction), in 18, 1 and 19 digits. An LSN alone would not do: a transaction in flight when
+  the snapshot began writes below the snapshot's LSN and commits after it. MySQL's is
+  `source.file`'s sequence number, `pos` and `row` (10, 18 and 10 digits); otherwise
+  `source.ts_ms`. The record's Kafka coordinates break ties, as after any order_by.
 
 An upsert sink takes c, r and u as rows and d as the delete of its key (a row marked as a
 tombstone, exactly_once.sinks.upsert), so a key's newest change wins, and a delete that is
@@ -37,8 +41,13 @@ DELETE = "d"
 EVENT_BYTES = 4096  # an event of a narrow table, both images, with the JSON converter's schema part (~3 KB)
 UPSERTED = ("c", "r", "u")  # an image to take: a create, a snapshot's read, an update
 APPLIED = (*UPSERTED, DELETE)
-_SOURCE = "struct<lsn: bigint, file: string, pos: bigint, row: int, ts_ms: bigint>"  # what a position reads
+_SOURCE = "struct<lsn: bigint, sequence: string, file: string, pos: bigint, row: int, ts_ms: bigint>"  # what it reads
+# PostgreSQL's position in 38 digits: the previous transaction's commit (sequence[0], 0 when
+# null), whether the event is streamed (1) or a snapshot's read (0), the change's LSN.
+_POSTGRES_DIGITS = (("commit", 18), ("streamed", 1), ("lsn", 19))
 _PARTS = ("op", "before", "after", "source")
+NO_POSITION = ("the event has no source position (source.lsn and sequence's first LSN in 19 and 18 digits; "
+               "source.file, pos and row in 10, 18 and 10 digits; or source.ts_ms)")
 _NOT_FITTING = "_not_fitting"  # from_json's copy of an event with a field not of its type
 # MySQL's position in 38 digits: the binlog file's sequence number, pos, row.
 _MYSQL_DIGITS = (("file", 10), ("pos", 18), ("row", 10))
@@ -62,7 +71,7 @@ def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str]
 
     def why_not(parsed: Column) -> Column:
         e = _event(parsed)
-        op, before, after, position = e.op, e.before, e.after, _position(e.source)
+        op, before, after, position = e.op, e.before, e.after, _position(e)
         missing_keys = [F.when(before.getField(k).isNull(), F.lit(k)) for k in delete_keys]
         keyed = F.coalesce(*missing_keys, F.lit(None)).isNull()
         utf8 = F.expr(f"is_valid_utf8(CAST({column} AS STRING))")
@@ -79,17 +88,17 @@ def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str]
                .when((op != DELETE) & after.isNull(), F.concat(F.lit("op "), op, F.lit(" has no after image")))
                .when((op == DELETE) & before.isNull(), F.lit("op d has no before image"))
                .when((op == DELETE) & ~keyed,
-                     F.concat(F.lit("op d: its before image lacks the key column(s) "), F.concat_ws(", ", *missing_keys),
+                     F.concat(F.lit("op d: its before image lacks the key column(s) "),
+                              F.concat_ws(", ", *missing_keys),
                               F.lit(" (the source table's replica identity must hold them)")))
-               .otherwise(F.lit("the event has no source position (source.lsn; source.file, pos and row in 10, 18 "
-                                "and 10 digits; or source.ts_ms)")))
+               .otherwise(F.lit(NO_POSITION)))
         return F.when(applicable, F.lit(None).cast("string")).otherwise(why)
 
     def row(parsed: Column) -> Column:
         e = _event(parsed)
         values = F.when(e.op == DELETE, e.before).otherwise(e.after)
         return F.struct(*(values.getField(c).alias(c) for c in schema), e.op.alias(OP),
-                        _position(e.source).alias(POSITION))
+                        _position(e).alias(POSITION))
 
     return event, why_not, row
 
@@ -102,21 +111,33 @@ def _event(parsed: Column) -> Column:
     return F.when(parsed.getField("payload").isNotNull(), parsed.getField("payload")).otherwise(top)
 
 
-def _position(source: Column) -> Column:
-    """PostgreSQL's LSN; else MySQL's file, pos and row as one number, null when they do not fit
-    its digits (never the time: the two scales do not compare); else the source's time."""
+def _position(e: Column) -> Column:
+    """Of an event (`_event`): PostgreSQL's (sequence[0], streamed, lsn) as one number, in commit
+    order; else MySQL's file, pos and row as one number; either null when its parts do not fit
+    their digits (never the time: the scales do not compare); else the source's time."""
     from pyspark.sql import functions as F
 
+    source = e.source
+    commit = F.from_json(source.getField("sequence"), "array<string>").getItem(0)
+    postgres = {"commit": F.coalesce(commit, F.lit("0")), "streamed": F.when(e.op == "r", "0").otherwise("1"),
+                "lsn": source.getField("lsn").cast("string")}
     sequence = F.regexp_extract(source.getField("file"), r"(\d+)$", 1)
-    parts = {"file": sequence, "pos": source.getField("pos").cast("string"),
+    mysql = {"file": sequence, "pos": source.getField("pos").cast("string"),
              "row": F.coalesce(source.getField("row"), F.lit(0)).cast("string")}
-    fits = (sequence != "") & (source.getField("pos") >= 0) & (F.coalesce(source.getField("row"), F.lit(0)) >= 0)
-    for name, digits in _MYSQL_DIGITS:
-        fits = fits & (F.length(parts[name]) <= digits)
-    mysql = F.concat(*(F.lpad(parts[name], digits, "0") for name, digits in _MYSQL_DIGITS))
-    return (F.when(source.getField("lsn").isNotNull(), source.getField("lsn").cast(POSITION_TYPE))
-            .when(source.getField("file").isNotNull(), F.when(fits, mysql.cast(POSITION_TYPE)))
+    return (F.when(source.getField("lsn").isNotNull(), _digits(postgres, _POSTGRES_DIGITS))
+            .when(source.getField("file").isNotNull(), _digits(mysql, _MYSQL_DIGITS))
             .otherwise(source.getField("ts_ms").cast(POSITION_TYPE)))
+
+
+def _digits(parts: Mapping[str, Column], digits: Sequence[tuple[str, int]]) -> Column:
+    """The parts (decimal texts), each padded to its digits, as one number; null when one is not
+    all digits or has more."""
+    from pyspark.sql import functions as F
+
+    fits = F.lit(True)
+    for name, width in digits:
+        fits = fits & parts[name].rlike(f"^[0-9]{{1,{width}}}$")
+    return F.when(fits, F.concat(*(F.lpad(parts[name], width, "0") for name, width in digits)).cast(POSITION_TYPE))
 
 
 def _misfits(column: str, text: Column, e: Column, schema: Mapping[str, str]) -> Column:

@@ -18,6 +18,7 @@ from decimal import Decimal
 import psycopg2
 
 from exactly_once.config import PipelineConfig, load_config
+from exactly_once.debezium import NO_POSITION
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.invariants import violations
@@ -59,57 +60,83 @@ class Event:
 
 
 class SourceTable:
-    """The source database's table `items` (id, name, qty) and the change events its log makes."""
+    """The source database's table `items` (id, name, qty) and the change events its log makes,
+    as Debezium's PostgreSQL connector writes them: each change at the next LSN, its
+    `source.sequence` [the commit of the transaction streamed before it, its LSN]."""
 
     def __init__(self, seed: int):
         self.rows: dict[int, dict] = {}
         self.lsn, self.tx = 10_000_000, 500
+        self.last_commit: int | None = None  # of the transaction streamed last: none before the first
+        self.in_transaction = False
         self.random = random.Random(seed)
 
-    def _event(self, op: str, before: dict | None, after: dict | None, lsn: int, snapshot: bool = False) -> Event:
+    def _event(self, op: str, before: dict | None, after: dict | None, lsn: int,
+               sequence: tuple[int | None, int] | None = None) -> Event:
+        first, _ = sequence or (self.last_commit, lsn)
         event = {"before": before, "after": after, "op": op, "ts_ms": 1_780_000_000_000 + lsn,
                  "source": {"connector": "postgresql", "name": "source", "lsn": lsn, "txId": self.tx,
-                            "ts_ms": 1_780_000_000_000 + lsn, "snapshot": "true" if snapshot else "false",
+                            "sequence": json.dumps([None if first is None else str(first), str(lsn)]),
+                            "ts_ms": 1_780_000_000_000 + lsn, "snapshot": "true" if op == "r" else "false",
                             "db": "source", "schema": "public", "table": "items"}}
         if self.random.random() < 0.5:  # the JSON converter with schemas.enable
             event = {"schema": SCHEMA_PART, "payload": event}
-        return Event(json.dumps(event).encode(), op, before if op == "d" else after, lsn)
+        # the position the pipeline computes: commit order, then snapshot reads first, then the LSN
+        position = int(f"{first or 0:018d}{0 if op == 'r' else 1}{lsn:019d}")
+        return Event(json.dumps(event).encode(), op, before if op == "d" else after, position)
 
     def _next(self) -> int:
         self.lsn += self.random.randint(1, 80)
         return self.lsn
 
+    def _committed(self, events: list[Event]) -> list[Event]:
+        """A change's events; outside a transaction() it commits at once."""
+        if not self.in_transaction:
+            self.last_commit, self.tx = self._next(), self.tx + 1
+        return events
+
+    def preexisting(self, ids) -> None:
+        """Rows the table held before Debezium was started: no event; the initial snapshot reads them."""
+        for i in ids:
+            self.rows[i] = {"id": i, "name": f"item {i}", "qty": i}
+
     def insert(self, id: int, name: str, qty: int) -> list[Event]:
         self.rows[id] = {"id": id, "name": name, "qty": qty}
-        return [self._event("c", None, dict(self.rows[id]), self._next())]
+        return self._committed([self._event("c", None, dict(self.rows[id]), self._next())])
 
     def update(self, id: int, **changes) -> list[Event]:
         self.rows[id] = {**self.rows[id], **changes}
-        return [self._event("u", None, dict(self.rows[id]), self._next())]  # replica identity default: no before
+        return self._committed([self._event("u", None, dict(self.rows[id]), self._next())])  # no before: default
 
     def delete(self, id: int) -> list[Event]:
         del self.rows[id]
-        return [self._event("d", {"id": id, "name": None, "qty": None}, None, self._next()), Event(None)]
+        return self._committed([self._event("d", {"id": id, "name": None, "qty": None}, None, self._next()),
+                                Event(None)])
 
     def rekey(self, old: int, new: int) -> list[Event]:
         """An update of the primary key: Debezium writes a delete of the old key, its tombstone,
         then a create of the new one."""
         row = {**self.rows.pop(old), "id": new}
         self.rows[new] = row
-        return [self._event("d", {"id": old, "name": None, "qty": None}, None, self._next()), Event(None),
-                self._event("c", None, dict(row), self._next())]
+        return self._committed([self._event("d", {"id": old, "name": None, "qty": None}, None, self._next()),
+                                Event(None), self._event("c", None, dict(row), self._next())])
 
     def transaction(self, *changes) -> list[Event]:
-        """Several changes in one source transaction (one txId)."""
-        self.tx += 1
+        """Several changes in one source transaction (one txId, one commit)."""
+        self.in_transaction = True
         events = [e for change in changes for e in change()]
-        self.tx += 1
-        return events
+        self.in_transaction = False
+        return self._committed(events)
 
-    def snapshot(self) -> list[Event]:
-        """A snapshot's reads of every row, all at the snapshot's LSN: changes after it have higher ones."""
-        lsn = self._next()
-        return [self._event("r", None, dict(row), lsn, snapshot=True) for row in self.rows.values()]
+    def initial_snapshot(self, in_flight: int, **changes) -> list[Event]:
+        """Debezium's first snapshot while a transaction that changes row `in_flight` is open: it
+        wrote its change (at an LSN below the snapshot's) before the snapshot began and commits
+        after; the snapshot reads the row as it was. Its streamed change must win."""
+        written, snapshot = self._next(), self._next()
+        reads = [self._event("r", None, dict(row), snapshot, sequence=(None, snapshot)) for row in self.rows.values()]
+        self.rows[in_flight] = {**self.rows[in_flight], **changes}
+        change = self._event("u", None, dict(self.rows[in_flight]), written)  # the first streamed: no commit before
+        return reads + self._committed([change])
 
     def hostile(self, id: int) -> list[Event]:
         """Records that are no change to apply, each with its dead letter's reason: the source
@@ -136,8 +163,7 @@ class SourceTable:
                 "op d: its before image lacks the key column(s) id (the source table's replica identity must hold "
                 "them)"),
             raw({"op": "c", "after": {"id": id, "name": "x", "qty": 1}, "source": {"db": "source"}},
-                "the event has no source position (source.lsn; source.file, pos and row in 10, 18 and 10 digits; or "
-                "source.ts_ms)"),
+                NO_POSITION),
             raw({"op": "u", "after": {"id": id, "name": "nul\x00here", "qty": 1}, "source": source},
                 "sink items: column name: contains NUL (0x00)"),
             raw({"op": "u", "after": {"id": id, "name": "n" * 25, "qty": 1}, "source": source},

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from exactly_once.faults import ENV as FAULTS
 from exactly_once.config import load_config
-from exactly_once.debezium import POSITION
+from exactly_once.debezium import NO_POSITION, POSITION
 from exactly_once.errors import AttemptFailed
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
@@ -32,8 +32,10 @@ def changes_in_three_checkpoints(feed: ChangeFeed, run, monkeypatch) -> int:
     """Produces the source's history and runs a checkpoint after each part; the second one's
     first Spark job fails after staging the replicated table. The second checkpoint."""
     source = feed.source
-    feed.produce([e for i in range(1, 31) for e in source.insert(i, f"item {i}", i)])
-    feed.produce(source.snapshot() + source.update(3, qty=33) + source.delete(4))  # writes go on after the snapshot
+    source.preexisting(range(1, 31))
+    feed.produce(source.initial_snapshot(11, qty=111)
+                 + [e for i in range(31, 41) for e in source.insert(i, f"new {i}", i)])
+    feed.produce(source.update(3, qty=33) + source.delete(4))
     first = feed.sent[:]
     run()
     feed.produce(source.update(5, name="five") + source.rekey(6, 106) + source.delete(7)
@@ -75,6 +77,7 @@ def test_a_replicated_table_equals_its_source_table_through_faults_and_a_reproce
     actual = feed.actual()
     assert len(actual["dead_letters"]) == 13 and len(actual["items"]) > 200 and (8,) in {r[:1] for r in actual["items"]}
     assert len({e.partition for e in feed.sent if e.op and e.row["id"] == 3}) > 1  # a key's changes spread
+    assert (11, "item 11", 111) in {r[:3] for r in actual["items"]}  # the change in flight at the snapshot won
 
     reprocessing = tasks.reprocess_checkpoint(feed.ledger, second, "test").checkpoint.id
     feed.increment(spark, reprocessing)
@@ -94,29 +97,35 @@ def test_the_same_over_spark_connect_as_the_airflow_task_runs_it(connect_server,
     feed.assert_exact()
 
 
-def test_positions_order_mysql_files_by_number_and_fall_back_to_the_source_time(spark):
-    """MySQL's file, pos and row make one number that orders binlog files by their sequence
-    number (000009 before 000010); parts that do not fit its digits make no position (a dead
-    letter), never the time; without lsn or file, source.ts_ms."""
+def test_positions_order_postgresql_changes_by_commit_and_mysql_files_by_number(spark):
+    """PostgreSQL's position is (sequence's first LSN, streamed, lsn): a transaction in flight at
+    the snapshot (its change below the snapshot's LSN, the first streamed after it) outranks the
+    snapshot's read, and a later transaction both. MySQL's file, pos and row order binlog files
+    by their number (000009 before 000010). Parts beyond their digits, negative or not numbers
+    make no position (a dead letter), never the time; without lsn or file, source.ts_ms."""
     config = load_config({"name": "p", "source": {"topics": ["t"], "envelope": "debezium",
                                                   "value_schema": {"id": "int"}},
                           "sinks": [{"name": "s", "table": "s", "mode": "append"}]})
 
-    def event(**source) -> bytes:
-        return json.dumps({"op": "c", "after": {"id": 1}, "source": source}).encode()
+    def event(op: str = "c", **source) -> bytes:
+        return json.dumps({"op": op, "after": {"id": 1}, "source": source}).encode()
 
-    values = [event(file="mysql-bin.000009", pos=98765, row=2), event(file="mysql-bin.000010", pos=4),
-              event(file="mysql-bin.000010", pos=4, row=1), event(lsn=7, file="mysql-bin.000001", pos=1),
-              event(ts_ms=1_780_000_000_000), event(file="binlog", pos=4, ts_ms=1),
-              event(file="mysql-bin.000010", pos=-4), event(file="mysql-bin.000010", pos=10**18)]
+    values = [event("r", lsn=150, sequence='[null,"150"]'), event("u", lsn=100, sequence='[null,"100"]'),
+              event("u", lsn=210, sequence='["200","210"]'), event(lsn=7, file="mysql-bin.000001", pos=1),
+              event(file="mysql-bin.000009", pos=98765, row=2), event(file="mysql-bin.000010", pos=4),
+              event(file="mysql-bin.000010", pos=4, row=1), event(ts_ms=1_780_000_000_000),
+              event(lsn=-1), event(lsn=5, sequence='["x","5"]'), event(lsn=5, sequence=f'["{10**18}","5"]'),
+              event(file="binlog", pos=4, ts_ms=1), event(file="mysql-bin.000010", pos=-4),
+              event(file="mysql-bin.000010", pos=10**18)]
     records = spark.createDataFrame([("t", 0, i, None, v) for i, v in enumerate(values)],
                                     "topic string, partition int, offset long, key binary, value binary")
     parsed = parse(records.withColumns({"timestamp": F.current_timestamp(), "headers": F.lit(None)}), config)
     found = [(row["parsed"][POSITION], row["reason"]) for row in parsed.orderBy("offset").collect()]
-    no_position = ("the event has no source position (source.lsn; source.file, pos and row in 10, 18 and 10 "
-                   "digits; or source.ts_ms)")
-    assert found == [(Decimal("9" + "000000000000098765" + "0000000002"), None),
+    streamed = 10**19
+    assert found == [(Decimal(150), None), (Decimal(streamed + 100), None),
+                     (Decimal(200 * 10**20 + streamed + 210), None),
+                     (Decimal(streamed + 7), None),
+                     (Decimal("9" + "000000000000098765" + "0000000002"), None),
                      (Decimal("10" + "000000000000000004" + "0000000000"), None),
-                     (Decimal("10" + "000000000000000004" + "0000000001"), None),
-                     (Decimal(7), None), (Decimal(1_780_000_000_000), None),
-                     (None, no_position), (None, no_position), (None, no_position)]
+                     (Decimal("10" + "000000000000000004" + "0000000001"), None), (Decimal(1_780_000_000_000), None),
+                     *[(None, NO_POSITION)] * 6]
