@@ -45,12 +45,12 @@ _SOURCE = "struct<lsn: bigint, sequence: string, file: string, pos: bigint, row:
 # PostgreSQL's position in 38 digits: the previous transaction's commit (sequence[0], 0 when
 # null), whether the event is streamed (1) or a snapshot's read (0), the change's LSN.
 _POSTGRES_DIGITS = (("commit", 18), ("streamed", 1), ("lsn", 19))
-_PARTS = ("op", "before", "after", "source")
-NO_POSITION = ("the event has no source position (source.lsn and sequence's first LSN in 19 and 18 digits; "
-               "source.file, pos and row in 10, 18 and 10 digits; or source.ts_ms)")
-_NOT_FITTING = "_not_fitting"  # from_json's copy of an event with a field not of its type
 # MySQL's position in 38 digits: the binlog file's sequence number, pos, row.
 _MYSQL_DIGITS = (("file", 10), ("pos", 18), ("row", 10))
+NO_POSITION = ("the event has no source position (source.lsn and sequence's first LSN in 19 and 18 digits; "
+               "source.file, pos and row in 10, 18 and 10 digits; or source.ts_ms)")
+_PARTS = ("op", "before", "after", "source")
+_NOT_FITTING = "_not_fitting"  # from_json's copy of an event with a field not of its type
 
 
 def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str]
@@ -121,8 +121,8 @@ def _position(e: Column) -> Column:
     commit = F.from_json(source.getField("sequence"), "array<string>").getItem(0)
     postgres = {"commit": F.coalesce(commit, F.lit("0")), "streamed": F.when(e.op == "r", "0").otherwise("1"),
                 "lsn": source.getField("lsn").cast("string")}
-    sequence = F.regexp_extract(source.getField("file"), r"(\d+)$", 1)
-    mysql = {"file": sequence, "pos": source.getField("pos").cast("string"),
+    binlog_number = F.regexp_extract(source.getField("file"), r"(\d+)$", 1)
+    mysql = {"file": binlog_number, "pos": source.getField("pos").cast("string"),
              "row": F.coalesce(source.getField("row"), F.lit(0)).cast("string")}
     return (F.when(source.getField("lsn").isNotNull(), _digits(postgres, _POSTGRES_DIGITS))
             .when(source.getField("file").isNotNull(), _digits(mysql, _MYSQL_DIGITS))
