@@ -1,5 +1,6 @@
-"""python -m exactly_once_stack {up [--monitoring]|down|status|versions|running}
-(running: exit status 0 when PostgreSQL and Kafka run; --monitoring: Prometheus too)"""
+"""python -m exactly_once_stack {up [--monitoring] [--cdc]|down|status|versions|running}
+(running: exit status 0 when PostgreSQL and Kafka run; --monitoring: Prometheus too; --cdc:
+Kafka Connect with Debezium capturing the `source` database)"""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ def main() -> None:
     parser.add_argument("command", choices=["up", "down", "status", "versions", "running"])
     parser.add_argument("--monitoring", action="store_true",
                         help="up: start Prometheus too, scraping the pipelines' metrics from the api-server")
+    parser.add_argument("--cdc", action="store_true",
+                        help="up: start Kafka Connect with Debezium, capturing schema inventory of database source")
     arguments = parser.parse_args()
     command = arguments.command
     if command == "running":
         raise SystemExit(0 if lifecycle.running() else 1)
     if command == "up":
-        started = lifecycle.up(monitoring=arguments.monitoring)
+        started = lifecycle.up(monitoring=arguments.monitoring, cdc=arguments.cdc)
         print("started: " + (", ".join(started) or "nothing (all running)"))
         command = "status"
     if command == "down":

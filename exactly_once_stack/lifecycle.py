@@ -6,13 +6,13 @@ import json
 import sys
 from importlib.metadata import version as dist_version
 
-from exactly_once_stack import airflow, kafka, postgres, prometheus, schema_registry, spark, spark_cluster
+from exactly_once_stack import airflow, connect, kafka, postgres, prometheus, schema_registry, spark, spark_cluster
 from exactly_once_stack.settings import ENV_SH, LOOPBACK, TLS, environment, ports, spark_mode, write_env_sh
 
 
-def up(monitoring: bool = False) -> list[str]:
-    """Starts what is not running (Prometheus too with `monitoring`); returns the names of
-    the services it started."""
+def up(monitoring: bool = False, cdc: bool = False) -> list[str]:
+    """Starts what is not running (Prometheus too with `monitoring`, Kafka Connect with Debezium
+    with `cdc`); returns the names of the services it started."""
     started = []
     if not postgres.initialised():
         airflow.forget_migration()
@@ -29,6 +29,8 @@ def up(monitoring: bool = False) -> list[str]:
         airflow.migrate()
         if monitoring and prometheus.start():
             started.append("prometheus")
+        if cdc and connect.start():
+            started.append("kafka-connect")
     except BaseException:
         down(started)
         raise
@@ -36,13 +38,15 @@ def up(monitoring: bool = False) -> list[str]:
 
 
 def down(names: list[str] | None = None) -> None:
-    """Stops the named services (all by default), Prometheus, Spark, the schema registry and
-    Kafka before the database."""
+    """Stops the named services (all by default), Kafka Connect, Prometheus, Spark, the schema
+    registry and Kafka before the database."""
     if names is None:
         spark_cluster.stop()
-        names = ["prometheus", "schema-registry", "kafka", "postgres"]
+        names = ["kafka-connect", "prometheus", "schema-registry", "kafka", "postgres"]
     else:
         spark_cluster.stop_named(names)
+    if "kafka-connect" in names:
+        connect.stop()
     if "prometheus" in names:
         prometheus.stop()
     if "schema-registry" in names:
@@ -71,6 +75,7 @@ def status() -> dict[str, str]:
                            "(HTTPS, basic auth: schema_registry_default)" if registry else "stopped",
         "prometheus": f"running pid {monitoring}, {prometheus.url()} (scrapes {prometheus.METRICS_PATH})"
                       if monitoring else "stopped (`./dev up --monitoring` starts it)",
+        "kafka-connect": connect.describe(),
         "spark": f"{json.loads(env['AIRFLOW_CONN_SPARK_DEFAULT'])} (STACK_SPARK={spark_mode()}); running: "
                  f"{spark_cluster.running() or 'no cluster services'}",
         "env": str(ENV_SH) if ENV_SH.exists() else "not written yet (run `python -m exactly_once_stack up`)",
@@ -89,4 +94,5 @@ def versions() -> dict[str, str]:
         "confluent-kafka": dist_version("confluent-kafka"),
         "postgresql": postgres.version() if postgres.pid() else "stopped",
         "apicurio registry": schema_registry.version() if schema_registry.pid() else "stopped",
+        "kafka connect": connect.version() if connect.pid() else "stopped",
     }

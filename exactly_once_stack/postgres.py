@@ -55,8 +55,13 @@ hostssl  pipeline  pipeline,pipeline_job,pipeline_read  127.0.0.1/32  scram-sha-
 # The upgrade test's database (tests/upgrade/): a ledger the previous release made, then today's.
 hostssl  pipeline_upgrade  pipeline,pipeline_job,pipeline_read  127.0.0.1/32  scram-sha-256
 hostssl  airflow   airflow                              127.0.0.1/32  scram-sha-256
+# The change feeds' source database (exactly_once_stack/connect.py): its owner writes the rows,
+# Debezium's role reads them and their changes (a logical walsender matches this line too).
+hostssl  source    source,cdc_capture                   127.0.0.1/32  scram-sha-256
 """
-DATABASES = ("pipeline", "airflow")
+DATABASES = ("pipeline", "airflow", "source")
+# Debezium's login: REPLICATION for its slot, the rights to read `source` granted by connect.py.
+CAPTURE_ROLE = "cdc_capture"
 PRELOADED = "pg_stat_statements"  # shared_preload_libraries
 # Group roles (NOLOGIN) that hold a duty's rights, granted by the migrations; a login role per duty.
 GROUP_ROLES = ("exactly_once_job", "exactly_once_read")
@@ -137,10 +142,13 @@ def _create_databases() -> None:
                 cur.execute(f'CREATE ROLE "{group}" NOLOGIN')
         for login, group in LOGIN_ROLES.items():
             _login_role(cur, login, member_of=group)
+        _login_role(cur, CAPTURE_ROLE)
+        cur.execute(f'ALTER ROLE "{CAPTURE_ROLE}" REPLICATION')
         # Only the roles meant to connect can (an owner connects to its own database by owning it).
-        cur.execute('REVOKE CONNECT ON DATABASE "pipeline", "airflow" FROM PUBLIC')
+        cur.execute('REVOKE CONNECT ON DATABASE "pipeline", "airflow", "source" FROM PUBLIC')
         logins = ", ".join(f'"{login}"' for login in LOGIN_ROLES)
         cur.execute(f'GRANT CONNECT ON DATABASE "pipeline" TO {logins}')
+        cur.execute(f'GRANT CONNECT ON DATABASE "source" TO "{CAPTURE_ROLE}"')
 
 
 def _install_certificate() -> None:
@@ -163,13 +171,13 @@ def _runs_as_configured() -> bool:
     certificate, and preloads what the server options name."""
     try:
         with closing(connect_admin()) as conn, conn.cursor() as cur:
-            cur.execute("SELECT current_setting('ssl') = 'on', current_setting('shared_preload_libraries') = %s",
-                        (PRELOADED,))
-            ssl_on, preloads = cur.fetchone()
+            cur.execute("SELECT current_setting('ssl') = 'on', current_setting('shared_preload_libraries') = %s, "
+                        "current_setting('wal_level') = 'logical'", (PRELOADED,))
+            ssl_on, preloads, logical = cur.fetchone()
     except psycopg2.OperationalError:
         return False
     current = TLS.certificate("postgres")
-    return (ssl_on and preloads and HBA.exists() and HBA.read_text() == HBA_RULES and SERVER_CERT.exists()
+    return (ssl_on and preloads and logical and HBA.exists() and HBA.read_text() == HBA_RULES and SERVER_CERT.exists()
             and current.exists() and SERVER_CERT.read_bytes() == current.read_bytes())
 
 
@@ -185,6 +193,10 @@ def _server_options() -> str:
         # Statement statistics for `./dev bench --profile` (tests/benchmarks/profiling.py), which
         # turns tracking on for the pipeline database while it profiles: off otherwise.
         "shared_preload_libraries": PRELOADED, "pg_stat_statements.track": "none",
+        # Debezium's PostgreSQL connector decodes the log with pgoutput (./dev up --cdc). A slot
+        # whose connector stays stopped is given up past 1 GB of WAL rather than filling the
+        # disk: connect.py drops it, and the connector takes a new snapshot.
+        "wal_level": "logical", "max_slot_wal_keep_size": "1GB",
     }
     # pg_ctl runs the server through a shell: quoted for it.
     return " ".join(f"-c {shlex.quote(f'{name}={value}')}" for name, value in settings.items())

@@ -46,11 +46,12 @@ SPARK_MODES = ("local", "standalone", "connect")
 # SASL_SSL with SCRAM-SHA-512, the one the pipelines use through kafka_default; kafka_ssl, SSL
 # with mutual TLS (client certificates required); kafka_expired and kafka_other_host, SSL
 # presenting an expired certificate and one for another host, for the tests of a refused
-# handshake. schema_registry: the schema registry's HTTPS port (exactly_once_stack.schema_registry).
+# handshake. schema_registry: the schema registry's HTTPS port (exactly_once_stack.schema_registry);
+# kafka_connect: the REST API of Kafka Connect's worker (exactly_once_stack.connect).
 # A name added here is picked on first use and added to an existing checkout's ports.json.
 PORT_NAMES = ("postgres", "kafka", "kafka_controller", "airflow_api", "spark_master", "spark_master_ui",
               "spark_connect", "kafka_ssl", "kafka_sasl_ssl", "kafka_expired", "kafka_other_host",
-              "schema_registry", "prometheus")
+              "schema_registry", "prometheus", "kafka_connect")
 
 
 # The local stack's plaintext Kafka listener and its pipeline database as a libpq URI, for
@@ -105,6 +106,11 @@ SECRETS = {
     "airflow_admin": lambda: secrets.token_urlsafe(12),
     "kafka_pipeline": lambda: secrets.token_urlsafe(18),
     "schema_registry": lambda: secrets.token_urlsafe(18),
+    # The change feeds' source database (exactly_once_stack.connect): its owner, Debezium's login.
+    "source": lambda: secrets.token_urlsafe(18),
+    "cdc_capture": lambda: secrets.token_urlsafe(18),
+    # The REST API of Kafka Connect's worker (user `stack`).
+    "kafka_connect": lambda: secrets.token_urlsafe(18),
     "jwt_secret": lambda: secrets.token_urlsafe(32),
     # The bearer token of the metrics endpoint's scrapers (connection exactly_once_metrics).
     "metrics_scraper": lambda: secrets.token_urlsafe(24),

@@ -62,10 +62,10 @@ python_env() {
   stamp venv "$ROOT/requirements-test.lock" "$0"
 }
 
-# maven_jars NAME: copies the runtime classpath of poms/NAME.xml (beside this script)
-# into .local/jars/NAME.
+# maven_jars NAME [OUT]: copies the runtime classpath of poms/NAME.xml (beside this script)
+# into OUT (.local/jars/NAME by default).
 maven_jars() {
-  local name=$1 pom="$ROOT/exactly_once_stack/poms/$1.xml" out="$LOCAL/jars/$1"
+  local name=$1 pom="$ROOT/exactly_once_stack/poms/$1.xml" out="${2:-$LOCAL/jars/$1}"
   up_to_date "jars-$name" "$pom" && [[ -d "$out" ]] && return
   log "fetching $name jars from Maven Central"
   rm -rf "$out"
@@ -116,5 +116,9 @@ apt_install
 python_env
 maven_jars kafka
 maven_jars spark
+# Kafka Connect's worker and Debezium's PostgreSQL connector, a plugin directory of its own
+# (exactly_once_stack/connect.py: `./dev up --cdc` and the change-feed tests).
+maven_jars connect
+maven_jars debezium "$LOCAL/jars/connect-plugins/debezium-connector-postgres"
 copy_writer
 schema_registry_app

@@ -26,9 +26,12 @@ from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin
-from tests.job_role import in_process
+from exactly_once.spark.runners import ConnectRunner, job_runner
+from exactly_once.spark.settings import JobSettings
+from tests.job_role import in_process, job_db_url
 from tests.kafka_records import produce_transactions
 from tests.oracle import assert_same_rows
+from tests.spark.conftest import CONNECTION
 
 TABLES = """
 CREATE SCHEMA {s};
@@ -263,3 +266,22 @@ class ChangeFeed:
 
     def assert_exact(self) -> None:
         assert_same_rows(self.expected(), self.actual())
+
+
+class Run:
+    """A DAG run of the feed: in this process's Spark session, or by `runner`."""
+
+    def __init__(self, feed: ChangeFeed, spark, runner=None):
+        self.feed, self.spark, self.runner = feed, spark, runner
+
+    def __call__(self) -> int:
+        return self.feed.run(self.spark, self.runner)
+
+
+def connect_runner(feed: ChangeFeed, connect_server: dict, monkeypatch) -> ConnectRunner:
+    """The runner the Airflow task picks for a Spark connection to the stack's Connect server."""
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONNECTION.upper()}", json.dumps(connect_server))
+    runner = job_runner(CONNECTION, f"{feed.config.name} increment", feed.config,
+                        JobSettings(job_db_url(), KafkaClient.at(feed.servers), None))
+    assert isinstance(runner, ConnectRunner)
+    return runner

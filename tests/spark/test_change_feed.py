@@ -17,15 +17,10 @@ from exactly_once.faults import ENV as FAULTS
 from exactly_once.config import load_config
 from exactly_once.debezium import NO_POSITION, POSITION
 from exactly_once.errors import AttemptFailed
-from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.orchestration import tasks
 from exactly_once.spark.frames import parse
-from exactly_once.spark.runners import ConnectRunner, job_runner
-from exactly_once.spark.settings import JobSettings
-from tests.job_role import job_db_url
-from tests.spark.change_feed import ChangeFeed
-from tests.spark.conftest import CONNECTION
+from tests.spark.change_feed import ChangeFeed, Run, connect_runner
 
 
 def changes_in_three_checkpoints(feed: ChangeFeed, run, monkeypatch) -> int:
@@ -58,16 +53,6 @@ def changes_in_three_checkpoints(feed: ChangeFeed, run, monkeypatch) -> int:
     return checkpoint
 
 
-class Run:
-    """A DAG run of the feed: in this process's Spark session, or by `runner`."""
-
-    def __init__(self, feed: ChangeFeed, spark, runner=None):
-        self.feed, self.spark, self.runner = feed, spark, runner
-
-    def __call__(self) -> int:
-        return self.feed.run(self.spark, self.runner)
-
-
 def test_a_replicated_table_equals_its_source_table_through_faults_and_a_reprocessing(spark, ledger_db,
                                                                                      kafka_servers, topic,
                                                                                      monkeypatch):
@@ -89,11 +74,8 @@ def test_a_replicated_table_equals_its_source_table_through_faults_and_a_reproce
 def test_the_same_over_spark_connect_as_the_airflow_task_runs_it(connect_server, ledger_db, kafka_servers, topic,
                                                                 monkeypatch):
     feed = ChangeFeed(ledger_db, kafka_servers, topic)
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONNECTION.upper()}", json.dumps(connect_server))
-    runner = job_runner(CONNECTION, f"{feed.config.name} increment", feed.config,
-                        JobSettings(job_db_url(), KafkaClient.at(kafka_servers), None))
-    assert isinstance(runner, ConnectRunner)
-    changes_in_three_checkpoints(feed, Run(feed, None, runner), monkeypatch)
+    changes_in_three_checkpoints(feed, Run(feed, None, connect_runner(feed, connect_server, monkeypatch)),
+                                 monkeypatch)
     feed.assert_exact()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once_stack import airflow, private, schema_registry, settings
+from exactly_once_stack import airflow, connect, private, schema_registry, settings
 from exactly_once_stack.kafka import DATA as KAFKA_DATA
 from exactly_once_stack.postgres import HOME as POSTGRES_HOME
 from exactly_once_stack.postgres import SERVER_KEY as POSTGRES_KEY
@@ -32,7 +32,10 @@ NOT_SEARCHED = (KAFKA_DATA, LOCAL / "upgrade")
 
 
 def secret_files() -> list[Path]:
-    return [*NAMED, *sorted(TLS.folder.glob("*.key")), *sorted(TLS.folder.glob("*.keystore.pem"))]
+    # Kafka Connect's (Debezium's password, the REST API's users) once `./dev up --cdc` or a
+    # change-feed test started it.
+    connect_files = [path for path in (connect.CAPTURE_SECRET, connect.REST_USERS) if path.exists()]
+    return [*NAMED, *connect_files, *sorted(TLS.folder.glob("*.key")), *sorted(TLS.folder.glob("*.keystore.pem"))]
 
 
 def mode(path: Path) -> int:
