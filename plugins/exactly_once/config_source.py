@@ -14,6 +14,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, StringConstrain
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from exactly_once.debezium import COLUMNS as CHANGE_EVENT_COLUMNS
+from exactly_once.debezium import avro_reader, avro_type, event_schema
 from exactly_once.formats import format_of
 from exactly_once.formats._avro_types import mismatches
 from exactly_once.registry import Registry
@@ -92,7 +93,8 @@ class Source(Frozen):
     key_reader_schema: ReaderSchema | None = Field(None, description="avro keys: like value_reader_schema.")
     envelope: Literal["none", "debezium"] = Field(
         "none", description="What a value is: none (the record's fields), or debezium: a Debezium change event of "
-                            "one row (JSON, with or without its schema part), whose row image gives value_schema's "
+                            "one row (value_format json, with or without its schema part, or avro through the "
+                            "schema registry, without value_reader_schema), whose row image gives value_schema's "
                             "columns, with debezium_op and debezium_position (the source's log position) beside "
                             "them; upsert sinks apply it in source order, deletes included (docs/guide/change-feeds.md).")
     tombstones: Literal["dead_letter", "skip", "delete"] = Field(
@@ -148,9 +150,15 @@ class Source(Frozen):
         return self
 
     def _change_events_fit(self) -> None:
-        if self.value_format != "json":
-            raise ValueError(f"envelope 'debezium' reads Debezium's JSON converter (value_format json), not "
-                             f"{self.value_format!r}")
+        if self.value_format not in ("json", "avro"):
+            raise ValueError(f"envelope 'debezium' reads Debezium's JSON or Avro converter (value_format json or "
+                             f"avro), not {self.value_format!r}")
+        if self.value_format == "avro":
+            unread = {c: t for c, t in self.value_schema.items() if avro_type(t) is None}
+            if unread:
+                raise ValueError(f"envelope 'debezium' with value_format 'avro' reads value_schema's columns as "
+                                 f"boolean, int, bigint, float, double, decimal(p,s), string, binary, date or "
+                                 f"timestamp, not {unread}")
         if self.key_format != NO_KEY:
             raise ValueError("envelope 'debezium' takes a row's key from its images: leave key_format unset (the "
                              "record key is kept in dead letters as bytes)")
@@ -180,6 +188,12 @@ class Source(Frozen):
             raise ValueError(f"{part}_format 'string' gives one string column: {part}_schema must be "
                              f"{{'<name>': 'string'}}, got {dict(schema)}")
         registry = format_of(name).needs_registry
+        if part == "value" and self.envelope == "debezium" and registry:
+            if self.schema_registry is None or reader is not None:
+                raise ValueError(f"envelope 'debezium' with value_format {name!r} needs schema_registry (the "
+                                 f"connection) and no value_reader_schema: change events are read into one made "
+                                 f"from value_schema")
+            return
         if registry and (self.schema_registry is None or reader is None):
             raise ValueError(f"{part}_format {name!r} needs schema_registry (the connection) and "
                              f"{part}_reader_schema (what records are read into)")
@@ -194,4 +208,6 @@ class Source(Frozen):
         """The records' `key` or `value` column as its format decodes it (exactly_once.formats.Encoded)."""
         from exactly_once.formats import Encoded
 
+        if part == "value" and self.envelope == "debezium":  # a registry format's: the envelope's reader
+            return Encoded(part, event_schema(self.value_schema), avro_reader(self.value_schema), registry)
         return Encoded(part, getattr(self, f"{part}_schema"), getattr(self, f"{part}_reader_schema"), registry)

@@ -1,7 +1,9 @@
 """source.envelope debezium: each record's value is a Debezium change event of one row, as
 Debezium's JSON converter writes it, with its schema part (`{"schema": …, "payload": event}`)
-or without: `op` (c create, r snapshot read, u update, d delete, t truncate), the row's
-`before` and `after` images, and `source`, where the change is in the source database's log.
+or without, or as its Avro converter does (value_format avro, through the schema registry, read
+into a reader schema made from value_schema: `avro_reader`): `op` (c create, r snapshot read,
+u update, d delete, t truncate), the row's `before` and `after` images, and `source`, where the
+change is in the source database's log.
 
 An event becomes one row: its `after` image for c, r and u, its `before` image for d (value_schema's
 columns), and beside them
@@ -28,8 +30,10 @@ truncate, which no sink applies.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -41,7 +45,15 @@ DELETE = "d"
 EVENT_BYTES = 4096  # an event of a narrow table, both images, with the JSON converter's schema part (~3 KB)
 UPSERTED = ("c", "r", "u")  # an image to take: a create, a snapshot's read, an update
 APPLIED = (*UPSERTED, DELETE)
-_SOURCE = "struct<lsn: bigint, sequence: string, file: string, pos: bigint, row: int, ts_ms: bigint>"  # what it reads
+# What it reads of `source`, as Spark types and as Avro's (every field optional: each source
+# database's connector writes some of them).
+_SOURCE_FIELDS = {"lsn": ("bigint", "long"), "sequence": ("string", "string"), "file": ("string", "string"),
+                  "pos": ("bigint", "long"), "row": ("int", "int"), "ts_ms": ("bigint", "long")}
+_SOURCE = "struct<" + ", ".join(f"{name}: {spark}" for name, (spark, _) in _SOURCE_FIELDS.items()) + ">"
+# value_schema's types an Avro reader schema gives as Debezium's Avro converter writes them.
+_AVRO_TYPES = {"boolean": "boolean", "int": "int", "bigint": "long", "float": "float", "double": "double",
+               "string": "string", "binary": "bytes", "date": {"type": "int", "logicalType": "date"},
+               "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}
 # PostgreSQL's position in 38 digits: the previous transaction's commit (sequence[0], 0 when
 # null), whether the event is streamed (1) or a snapshot's read (0), the change's LSN.
 _POSTGRES_DIGITS = (("commit", 18), ("streamed", 1), ("lsn", 19))
@@ -53,35 +65,99 @@ _PARTS = ("op", "before", "after", "source")
 _NOT_FITTING = "_not_fitting"  # from_json's copy of an event with a field not of its type
 
 
-def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str]
-           ) -> tuple[Column, Callable[[Column], Column], Callable[[Column], Column]]:
-    """(event, why_not, row) of the records' `column`: the event's fields; of the column the
-    event is projected into, null when the event is one to apply, else why not; and the row it
-    makes (value_schema's columns, debezium_op, debezium_position). `delete_keys`: the columns a
-    delete event's before image must hold (every upsert sink's keys)."""
+def event_schema(schema: Mapping[str, str]) -> dict[str, str]:
+    """The change event's fields read, as Spark types: its op, images of value_schema's columns, source."""
+    image = "struct<" + ", ".join(f"`{c}`: {t}" for c, t in schema.items()) + ">"
+    return {"op": "string", "before": image, "after": image, "source": _SOURCE}
+
+
+def avro_type(spark_type: str) -> str | dict | None:
+    """The Avro type a value_schema type is read from under the Avro converter; None if none is."""
+    decimal = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", spark_type)
+    if decimal:
+        return {"type": "bytes", "logicalType": "decimal", "precision": int(decimal[1]), "scale": int(decimal[2])}
+    return _AVRO_TYPES.get(spark_type)
+
+
+def avro_reader(schema: Mapping[str, str]) -> str:
+    """The reader schema of Debezium's Avro envelope: its images of value_schema's columns, op and
+    the source's position fields, every one optional. Avro matches its records to the writer's
+    (`<topic prefix>.<schema>.<table>.Value`, `io.debezium.connector.<db>.Source`) by their
+    unqualified names, and leaves out the fields it does not name."""
+    def optional(name: str, avro: str | dict) -> dict:
+        return {"name": name, "type": ["null", avro], "default": None}
+
+    value = {"type": "record", "name": "Value", "fields": [optional(c, avro_type(t)) for c, t in schema.items()]}
+    source = {"type": "record", "name": "Source",
+              "fields": [optional(name, avro) for name, (_, avro) in _SOURCE_FIELDS.items()]}
+    return json.dumps({"type": "record", "name": "Envelope", "fields": [
+        optional("before", value), optional("after", "Value"), optional("source", source),
+        optional("op", "string")]})
+
+
+class EventReader(NamedTuple):
+    """How a value format reads change events: `parse`, the records' column decoded; of the
+    column it is projected into, `event` (the event's fields: op, before, after, source),
+    `fits` (whether the format read the value) and `why_not` (null if it did, else why not)."""
+
+    parse: Column
+    event: Callable[[Column], Column]
+    fits: Callable[[Column], Column]
+    why_not: Callable[[Column], Column]
+
+
+def registry_events(fields: Column, why_not: Callable[[Column], Column]) -> EventReader:
+    """A registry format's decoding (exactly_once.formats, read into `avro_reader`'s schema) as
+    change events: the decoded fields are the event; null when the format could not read it."""
+    return EventReader(fields, lambda parsed: parsed, lambda parsed: parsed.isNotNull(), why_not)
+
+
+def json_events(column: str, schema: Mapping[str, str]) -> EventReader:
+    """Debezium's JSON converter: the event's fields (with the schema part, its payload beside
+    them); a value fits when it is JSON in UTF-8 whose fields are of their types, and why not
+    names a field that is not."""
     from pyspark.sql import functions as F
 
-    image = "struct<" + ", ".join(f"`{c}`: {t}" for c, t in schema.items()) + ">"
-    fields = {"op": "string", "before": image, "after": image, "source": _SOURCE}
+    fields = event_schema(schema)
     payload = "struct<" + ", ".join(f"{name}: {t}" for name, t in fields.items()) + ">"
     text = F.col(column).cast("string")
-    event = F.from_json(text, ", ".join([*(f"{name} {t}" for name, t in fields.items()), f"payload {payload}",
+    parse = F.from_json(text, ", ".join([*(f"{name} {t}" for name, t in fields.items()), f"payload {payload}",
                                          f"{_NOT_FITTING} string"]),
                         {"columnNameOfCorruptRecord": _NOT_FITTING})
+    utf8 = F.expr(f"is_valid_utf8(CAST({column} AS STRING))")
+
+    def fits(parsed: Column) -> Column:
+        return utf8 & parsed.getField(_NOT_FITTING).isNull()
 
     def why_not(parsed: Column) -> Column:
-        e = _event(parsed)
+        # An event without op is said to be none, whatever its other fields are.
+        return (F.when(~utf8, F.lit(f"{column} is not valid UTF-8"))
+                .when(F.try_parse_json(text).isNull(), F.lit(f"{column} is not valid JSON"))
+                .when(_json_event(parsed).op.isNotNull() & parsed.getField(_NOT_FITTING).isNotNull(),
+                      _misfits(column, text, _json_event(parsed), schema)))
+
+    return EventReader(parse, _json_event, fits, why_not)
+
+
+def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str], read: EventReader
+           ) -> tuple[Column, Callable[[Column], Column], Callable[[Column], Column]]:
+    """(event, why_not, row) of the records' `column` as `read` reads it: the event's fields; of
+    the column the event is projected into, null when the event is one to apply, else why not;
+    and the row it makes (value_schema's columns, debezium_op, debezium_position).
+    `delete_keys`: the columns a delete event's before image must hold (every upsert sink's keys)."""
+    from pyspark.sql import functions as F
+
+    parse, unwrap, fits, format_why_not = read
+
+    def why_not(parsed: Column) -> Column:
+        e = unwrap(parsed)
         op, before, after, position = e.op, e.before, e.after, _position(e)
         missing_keys = [F.when(before.getField(k).isNull(), F.lit(k)) for k in delete_keys]
         keyed = F.coalesce(*missing_keys, F.lit(None)).isNull()
-        utf8 = F.expr(f"is_valid_utf8(CAST({column} AS STRING))")
-        # Decided from the parsed fields alone: only an event that is none is parsed again, to say why.
-        applicable = (utf8 & parsed.getField(_NOT_FITTING).isNull() & position.isNotNull()
+        # Decided from the parsed fields alone: only an event that is none is looked at again, to say why.
+        applicable = (fits(parsed) & position.isNotNull()
                       & ((op.isin(*UPSERTED) & after.isNotNull()) | ((op == DELETE) & before.isNotNull() & keyed)))
-        why = (F.when(~utf8, F.lit(f"{column} is not valid UTF-8"))
-               .when(F.try_parse_json(text).isNull(), F.lit(f"{column} is not valid JSON"))
-               .when(op.isNull(), F.lit(f"{column} is no Debezium change event: it has no op"))
-               .when(parsed.getField(_NOT_FITTING).isNotNull(), _misfits(column, text, e, schema))
+        why = (F.when(op.isNull(), F.lit(f"{column} is no Debezium change event: it has no op"))
                .when(op == "t", F.lit("op t (a truncate of the source table) is applied to no sink: empty them by "
                                       "hand if the truncate must reach them"))
                .when(~op.isin(*APPLIED), F.concat(F.lit("op "), op, F.lit(" is none of c, r, u, d")))
@@ -92,19 +168,19 @@ def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str]
                               F.concat_ws(", ", *missing_keys),
                               F.lit(" (the source table's replica identity must hold them)")))
                .otherwise(F.lit(NO_POSITION)))
-        return F.when(applicable, F.lit(None).cast("string")).otherwise(why)
+        return F.when(applicable, F.lit(None).cast("string")).otherwise(F.coalesce(format_why_not(parsed), why))
 
     def row(parsed: Column) -> Column:
-        e = _event(parsed)
+        e = unwrap(parsed)
         values = F.when(e.op == DELETE, e.before).otherwise(e.after)
         return F.struct(*(values.getField(c).alias(c) for c in schema), e.op.alias(OP),
                         _position(e).alias(POSITION))
 
-    return event, why_not, row
+    return parse, why_not, row
 
 
-def _event(parsed: Column) -> Column:
-    """The event of a parsed value: with the JSON converter's schema part, its payload (whole)."""
+def _json_event(parsed: Column) -> Column:
+    """The event of a parsed JSON value: with the JSON converter's schema part, its payload (whole)."""
     from pyspark.sql import functions as F
 
     top = F.struct(*(parsed.getField(part).alias(part) for part in _PARTS))
@@ -112,7 +188,7 @@ def _event(parsed: Column) -> Column:
 
 
 def _position(e: Column) -> Column:
-    """Of an event (`_event`): PostgreSQL's (sequence[0], streamed, lsn) as one number, in commit
+    """Of an event: PostgreSQL's (sequence[0], streamed, lsn) as one number, in commit
     order; else MySQL's file, pos and row as one number; either null when its parts do not fit
     their digits (never the time: the scales do not compare); else the source's time."""
     from pyspark.sql import functions as F
@@ -141,7 +217,7 @@ def _digits(parts: Mapping[str, Column], digits: Sequence[tuple[str, int]]) -> C
 
 
 def _misfits(column: str, text: Column, e: Column, schema: Mapping[str, str]) -> Column:
-    """Why an event (`_event`) with a field not of its type does not fit: the image columns
+    """Why an event (`_json_event`) with a field not of its type does not fit: the image columns
     whose JSON value is not null but was not read (computed only for such an event)."""
     from pyspark.sql import functions as F
 

@@ -90,7 +90,17 @@ def change_feed(**source) -> dict:
 
 @pytest.mark.parametrize(("source", "refusal"), [
     ({"value_format": "string", "value_schema": {"text": "string"}},
-     "source: envelope 'debezium' reads Debezium's JSON converter (value_format json), not 'string'"),
+     "source: envelope 'debezium' reads Debezium's JSON or Avro converter (value_format json or avro), not "
+     "'string'"),
+    ({"value_format": "avro", "value_schema": {"id": "int"}},
+     "source: envelope 'debezium' with value_format 'avro' needs schema_registry (the connection) and no "
+     "value_reader_schema"),
+    ({"value_format": "avro", "schema_registry": "registry", "value_schema": {"id": "int"},
+      "value_reader_schema": '{"type": "record", "name": "Value", "fields": [{"name": "id", "type": "int"}]}'},
+     "no value_reader_schema: change events are read into one made from value_schema"),
+    ({"value_format": "avro", "schema_registry": "registry", "value_schema": {"id": "int", "tags": "array<string>"}},
+     "reads value_schema's columns as boolean, int, bigint, float, double, decimal(p,s), string, binary, date or "
+     "timestamp, not {'tags': 'array<string>'}"),
     ({"key_format": "json", "key_schema": {"key_id": "int"}},
      "source: envelope 'debezium' takes a row's key from its images: leave key_format unset"),
     ({"tombstones": "delete"}, "source: envelope 'debezium': a delete event deletes, and the tombstone after it "

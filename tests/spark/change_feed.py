@@ -1,7 +1,8 @@
 """A source table and its Debezium change feed, replicated by a pipeline with `source.envelope:
 debezium`: the source database is modelled here (its rows, each change at the next LSN, as
 Debezium's PostgreSQL connector writes the events: with or without the JSON converter's schema
-part, a tombstone after each delete, a key update as a delete and a create), the events go to a
+part, or as its Avro converter does through the stack's schema registry (`AvroEvents`, two
+writer schemas), a tombstone after each delete, a key update as a delete and a create), the events go to a
 topic's partitions at random (so a key's changes come in any partition and any checkpoint), and
 the oracle compares the replicated table with the source table, to the row; the audit table
 with every event; the dead letters with every event that is none, with its reason."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 import uuid
 from contextlib import closing
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from decimal import Decimal
 
 import psycopg2
 
+from exactly_once import connections
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.debezium import NO_POSITION
 from exactly_once.kafka_client import KafkaClient
@@ -31,6 +34,7 @@ from exactly_once.spark.settings import JobSettings
 from tests.job_role import in_process, job_db_url
 from tests.kafka_records import produce_transactions
 from tests.oracle import assert_same_rows
+from tests.spark.avro_orders import REGISTRY
 from tests.spark.conftest import CONNECTION
 
 TABLES = """
@@ -179,12 +183,87 @@ class SourceTable:
         ]
 
 
-class ChangeFeed:
-    """The pipeline replicating `items` from `topic`, run through the product's run path."""
+def _envelope(value: dict) -> dict:
+    """Debezium's Avro writer schema of `items`' events: version 1, or 2, whose row images have a
+    column more (added with a default, as the registry's BACKWARD rule allows)."""
+    columns = [{"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"], "default": None},
+               {"name": "qty", "type": ["null", "int"], "default": None}, *value.get("more", [])]
+    optional = {"long": ["null", "long"], "string": ["null", "string"]}
+    source = [{"name": n, "type": t} for n, t in (("version", "string"), ("connector", "string"), ("name", "string"),
+                                                   ("ts_ms", "long"), ("db", "string"), ("schema", "string"),
+                                                   ("table", "string"))]
+    source += [{"name": n, "type": optional[t], "default": None}
+               for n, t in (("snapshot", "string"), ("sequence", "string"), ("txId", "long"), ("lsn", "long"))]
+    return {"type": "record", "name": "Envelope", "namespace": "source.public.items", "fields": [
+        {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": columns}], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+                                    "fields": source}},
+        {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
 
-    def __init__(self, db_url: str, servers: str, topic: str, seed: int = 7):
+
+AVRO_WRITERS = {1: _envelope({}), 2: _envelope({"more": [{"name": "note", "type": ["null", "string"],
+                                                          "default": None}]})}
+
+
+class AvroEvents:
+    """The model's events as Debezium's Avro converter writes them (confluent-kafka's
+    AvroSerializer, the stack's schema registry), each with writer schema 1 or 2 at random."""
+
+    def __init__(self, topic: str, seed: int):
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        from tests.spark.avro_orders import registry_client
+
+        self.topic, self.random = topic, random.Random(seed)
+        self.serializers = {v: AvroSerializer(registry_client(), json.dumps(w), conf={"auto.register.schemas": True})
+                            for v, w in AVRO_WRITERS.items()}
+
+    def write(self, event: dict, version: int | None = None) -> bytes:
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        event = event.get("payload", event)
+        source = {k: event["source"].get(k) for k in ("ts_ms", "snapshot", "sequence", "txId", "lsn")}
+        record = {"before": event.get("before"), "after": event.get("after"), "op": event["op"],
+                  "ts_ms": event.get("ts_ms"), "source": {"version": "3.6.1.Final", "connector": "postgresql",
+                                                          "name": "source", "db": "source", "schema": "public",
+                                                          "table": "items", **source}}
+        serializer = self.serializers[version or self.random.choice(list(self.serializers))]
+        return serializer(record, SerializationContext(self.topic, MessageField.VALUE))
+
+    def __call__(self, value: bytes | None) -> bytes | None:
+        return None if value is None else self.write(json.loads(value))
+
+    def hostile(self, lsn: int) -> list[Event]:
+        """Records the Avro envelope does not apply, each with its dead letter's reason."""
+        source = {"ts_ms": 1_780_000_000_000, "lsn": lsn, "sequence": json.dumps([None, str(lsn)])}
+        row = {"id": 8, "name": "x", "qty": 1}
+        valid = self.write({"op": "c", "after": row, "source": source}, 1)
+        schema_id = struct.unpack(">I", valid[1:5])[0]
+        return [
+            Event(b"plain", dead="value is not in the schema registry's wire format (magic byte 0 and a 4-byte schema "
+                                 "id, then the Avro payload)"),
+            Event(valid[:7], dead=f"value does not decode with its writer schema (id {schema_id}) into the reader "
+                                  f"schema"),
+            Event(self.write({"op": "t", "source": source}),
+                  dead="op t (a truncate of the source table) is applied to no sink: empty them by hand if the "
+                       "truncate must reach them"),
+            Event(self.write({"op": "x", "after": row, "source": source}), dead="op x is none of c, r, u, d"),
+            Event(self.write({"op": "c", "source": source}), dead="op c has no after image"),
+            Event(self.write({"op": "u", "after": {**row, "name": "nul\x00here"}, "source": source}),
+                  dead="sink items: column name: contains NUL (0x00)"),
+        ]
+
+
+class ChangeFeed:
+    """The pipeline replicating `items` from `topic`, run through the product's run path; its
+    events as Debezium's JSON converter writes them, or its Avro converter (`avro`)."""
+
+    def __init__(self, db_url: str, servers: str, topic: str, seed: int = 7, avro: bool = False):
         self.db_url, self.servers, self.topic = db_url, servers, topic
         self.source = SourceTable(seed)
+        self.avro = AvroEvents(topic, seed) if avro else None
+        self.registry = connections.schema_registry(REGISTRY) if avro else None
         self.config = self._config()
         self.ledger = Ledger(self.config, lambda: psycopg2.connect(db_url))
         self.sent: list[Event] = []
@@ -197,13 +276,22 @@ class ChangeFeed:
         return load_config({
             "name": name,
             "source": {"topics": [self.topic], "envelope": "debezium",
-                       "value_schema": {"id": "int", "name": "string", "qty": "int"}},
+                       "value_schema": {"id": "int", "name": "string", "qty": "int"},
+                       **({"value_format": "avro", "schema_registry": REGISTRY} if self.avro else {})},
             "sinks": [{"name": "items", "table": f"{name}.items", "mode": "upsert", "keys": ["id"],
                        "order_by": "debezium_position"},
                       {"name": "changes", "table": f"{name}.changes", "mode": "append"}]})
 
+    def hostile(self, id: int) -> list[Event]:
+        """Records that are no change to apply, in the feed's format, each with its reason."""
+        return self.avro.hostile(self.source._next()) if self.avro else self.source.hostile(id)
+
     def produce(self, events: list[Event]) -> None:
-        """The events in one Kafka transaction, each to a partition at random."""
+        """The events in one Kafka transaction, each to a partition at random; the model's
+        events in the feed's format (hostile ones are in it already)."""
+        if self.avro:  # the model's (not yet produced: sent again, an event is in the feed's format)
+            events = [Event(self.avro(e.value), e.op, e.row, e.position) if e.offset < 0 and not e.dead else e
+                      for e in events]
         partitions = [self.source.random.randrange(3) for _ in events]
         produced = produce_transactions(self.servers, self.topic, [(True, [
             (p, b'{"id": 0}', e.value) for p, e in zip(partitions, events)])])
@@ -222,7 +310,8 @@ class ChangeFeed:
         return begun.checkpoint.id if after_begin(begun) is TaskOutcome.DONE else None
 
     def increment(self, spark, checkpoint_id: int, runner=None) -> None:
-        tasks.run_increment(self.ledger, checkpoint_id, runner or in_process(spark, self.config.name, self.servers))
+        tasks.run_increment(self.ledger, checkpoint_id,
+                            runner or in_process(spark, self.config.name, self.servers, self.registry))
 
     def commit(self, checkpoint_id: int) -> Outcome:
         return tasks.commit_checkpoint(self.ledger, checkpoint_id, 1)

@@ -81,7 +81,10 @@ def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry |
         return replace(source.encoded(part, registry), retry_unknown_ids=retry_unknown_ids)
 
     if change_events:
-        value_fields, value_why_not, change_row = debezium.decode("value", source.value_schema, _delete_keys(config))
+        read = debezium.json_events("value", source.value_schema) if source.value_format == "json" else \
+            debezium.registry_events(*format_of(source.value_format).decode(shown, encoded("value")))
+        value_fields, value_why_not, change_row = debezium.decode("value", source.value_schema, _delete_keys(config),
+                                                                  read)
     else:
         value_fields, value_why_not = format_of(source.value_format).decode(shown, encoded("value"))
     decoded = {"parsed": value_fields}
