@@ -81,9 +81,10 @@ def avro_type(spark_type: str) -> str | dict | None:
 
 def avro_reader(schema: Mapping[str, str]) -> str:
     """The reader schema of Debezium's Avro envelope: its images of value_schema's columns, op and
-    the source's position fields, every one optional. Avro matches its records to the writer's
-    (`<topic prefix>.<schema>.<table>.Value`, `io.debezium.connector.<db>.Source`) by their
-    unqualified names, and leaves out the fields it does not name."""
+    the source's position fields, every one optional. Avro's resolution reads the writer's
+    records (`<topic prefix>.<schema>.<table>.Value`, `io.debezium.connector.<db>.Source`) into
+    these whatever their names (a union's one record branch takes the writer's record) and
+    leaves out the fields the reader does not name."""
     def optional(name: str, avro: str | dict) -> dict:
         return {"name": name, "type": ["null", avro], "default": None}
 
