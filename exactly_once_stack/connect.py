@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import urllib.error
 import urllib.request
 from contextlib import closing
@@ -104,7 +105,8 @@ logger.reflections.level=ERROR
                     f'required\n  file="{REST_USERS}";\n}};\n')
     stack = connector_config(STACK_NAME, tables=rf"{SCHEMA}\..*", publication=STACK_NAME, slot=STACK_NAME,
                              topic_prefix=TOPIC_PREFIX)
-    STACK_CONNECTOR.write_text("".join(f"{key}={value}\n" for key, value in stack.items()))
+    # A properties file reads a backslash as an escape: the regular expressions keep theirs doubled.
+    STACK_CONNECTOR.write_text("".join(f"{key}={value.replace(chr(92), chr(92) * 2)}\n" for key, value in stack.items()))
 
 
 def _command() -> list[str]:
@@ -117,9 +119,9 @@ def _command() -> list[str]:
 
 def prepare_source() -> None:
     """Schema `inventory` of `source` (owned by its owner, readable by Debezium's role, tables
-    made later too), the stack connector's publication of it, and no slot PostgreSQL gave up
-    (max_slot_wal_keep_size): such a slot and the worker's offsets go, so the connectors take
-    a new snapshot rather than stream from a position the log no longer holds."""
+    made later too), the stack connector's publication of it, and not its slot if PostgreSQL
+    gave it up (max_slot_wal_keep_size): that slot and the worker's offsets go (`forget`), so
+    the connector takes a new snapshot rather than stream from a position the log no longer holds."""
     capture = sql.Identifier(postgres.CAPTURE_ROLE)
     with closing(postgres.connect_admin(DATABASE)) as conn, conn.cursor() as cur:
         conn.autocommit = True
@@ -132,10 +134,24 @@ def prepare_source() -> None:
         if cur.fetchone() is None:
             cur.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLES IN SCHEMA {}").format(
                 sql.Identifier(STACK_NAME), sql.Identifier(SCHEMA)))
-        cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE wal_status = 'lost' AND NOT active")
-        if cur.rowcount:
-            OFFSETS.unlink(missing_ok=True)
+        cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND wal_status = 'lost' AND NOT active",
+                    (STACK_NAME,))
+        lost = cur.fetchone() is not None
+    if lost:
+        forget()
+
+
+def forget() -> None:
+    """The stack connector's slot dropped and the worker's offsets (the stack connector's, and
+    those of connectors removed before) deleted, the worker stopped: its next start takes a new
+    snapshot and keeps no log back meanwhile."""
+    if pid() is not None:
+        raise RuntimeError("the Kafka Connect worker runs: stop it first")
+    with closing(postgres.connect_admin(DATABASE)) as conn, conn.cursor() as cur:
+        conn.autocommit = True
+        cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                    (STACK_NAME,))
+    OFFSETS.unlink(missing_ok=True)
 
 
 def pid() -> int | None:
@@ -170,8 +186,10 @@ def start() -> bool:
         return False
     prepare_source()
     _write_config()
+    # Its own environment: the worker and its plugins see none of the stack's secrets a caller exported.
+    env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG", "TZ") if name in os.environ}
     process.start_ready(_command(), LOG, PID_FILE, HOME, lambda: pid() is not None and running_tasks(STACK_NAME),
-                        120, "Kafka Connect worker", stop)
+                        120, "Kafka Connect worker", stop, env=env)
     return True
 
 

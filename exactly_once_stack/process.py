@@ -23,11 +23,12 @@ def wait_until(ready: Callable[[], bool], timeout: float, what: str, log: Path |
 
 
 def start_ready(cmd: list[str], log: Path, pid_file: Path, cwd: Path, ready: Callable[[], bool], timeout: float,
-                what: str, stop: Callable[[], None], then: Callable[[], None] = lambda: None) -> None:
-    """Spawns `cmd`, waits until `ready()`, then runs `then()` (its set-up through its API);
-    stops it with `stop` if any of that fails, so that no later start takes a half-started
-    service for a running one."""
-    spawn(cmd, log, pid_file, env=None, cwd=cwd)
+                what: str, stop: Callable[[], None], then: Callable[[], None] = lambda: None,
+                env: dict[str, str] | None = None) -> None:
+    """Spawns `cmd` (in `env`, this process's environment by default), waits until `ready()`,
+    then runs `then()` (its set-up through its API); stops it with `stop` if any of that fails,
+    so that no later start takes a half-started service for a running one."""
+    spawn(cmd, log, pid_file, env=env, cwd=cwd)
     try:
         wait_until(ready, timeout, what, log)
         then()

@@ -31,7 +31,6 @@ truncate, which no sink applies.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -50,10 +49,12 @@ APPLIED = (*UPSERTED, DELETE)
 _SOURCE_FIELDS = {"lsn": ("bigint", "long"), "sequence": ("string", "string"), "file": ("string", "string"),
                   "pos": ("bigint", "long"), "row": ("int", "int"), "ts_ms": ("bigint", "long")}
 _SOURCE = "struct<" + ", ".join(f"{name}: {spark}" for name, (spark, _) in _SOURCE_FIELDS.items()) + ">"
-# value_schema's types an Avro reader schema gives as Debezium's Avro converter writes them.
+# value_schema's types an Avro reader schema gives as Debezium's Avro converter writes them. Not
+# timestamp nor decimal: Avro's resolution ignores logical types (a writer's milliseconds would be
+# read as microseconds, a decimal at the reader's scale), so those come as bigint, or as string
+# and double (decimal.handling.mode), and a transform makes them timestamps and decimals.
 _AVRO_TYPES = {"boolean": "boolean", "int": "int", "bigint": "long", "float": "float", "double": "double",
-               "string": "string", "binary": "bytes", "date": {"type": "int", "logicalType": "date"},
-               "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}
+               "string": "string", "binary": "bytes", "date": {"type": "int", "logicalType": "date"}}
 # PostgreSQL's position in 38 digits: the previous transaction's commit (sequence[0], 0 when
 # null), whether the event is streamed (1) or a snapshot's read (0), the change's LSN.
 _POSTGRES_DIGITS = (("commit", 18), ("streamed", 1), ("lsn", 19))
@@ -73,10 +74,9 @@ def event_schema(schema: Mapping[str, str]) -> dict[str, str]:
 
 def avro_type(spark_type: str) -> str | dict | None:
     """The Avro type a value_schema type is read from under the Avro converter; None if none is."""
-    decimal = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", spark_type)
-    if decimal:
-        return {"type": "bytes", "logicalType": "decimal", "precision": int(decimal[1]), "scale": int(decimal[2])}
-    return _AVRO_TYPES.get(spark_type)
+    from exactly_once.spark_types import parse as parse_spark_type
+
+    return _AVRO_TYPES.get(str(parse_spark_type(spark_type)))
 
 
 def avro_reader(schema: Mapping[str, str]) -> str:

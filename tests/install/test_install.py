@@ -73,12 +73,14 @@ def installed(wheel: Path, folder: Path, version: str) -> Path:
     cache = folder / "uv-cache"
     constraints = folder / "constraints.txt"
     constraints.write_text((ROOT / "requirements.lock").read_text() + f"pyspark-client=={PYSPARK}\n")
-    for command in ([str(UV), "venv", "-q", "--python", python(version), str(venv)],
-                    [str(UV), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(wheel),
-                     "--constraint", str(constraints), "--cache-dir", str(cache)]):
-        run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=folder)
-        assert run.returncode == 0, f"{command}: {run.stdout[-3000:]}{run.stderr[-3000:]}"
-    shutil.rmtree(cache)
+    try:
+        for command in ([str(UV), "venv", "-q", "--python", python(version), str(venv)],
+                        [str(UV), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(wheel),
+                         "--constraint", str(constraints), "--cache-dir", str(cache)]):
+            run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=folder)
+            assert run.returncode == 0, f"{command}: {run.stdout[-3000:]}{run.stderr[-3000:]}"
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     return venv / "bin"
 
 

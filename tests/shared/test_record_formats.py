@@ -58,7 +58,9 @@ def config(**source) -> dict:
      "source: key_schema and value_schema both have ['id']: a column is one or the other"),
     ({"key_schema": {"customer": "string"}}, "source: key_schema and key_reader_schema are for a decoded key: set "
                                              "key_format"),
-    ({"key_format": "protobuf"}, "source.key_format: unknown record format 'protobuf'"),
+    ({"key_format": "csv"}, "source.key_format: unknown record format 'csv'"),
+    ({"value_format": "protobuf", "schema_registry": "registry", "value_reader_schema": '{"type": "record"}'},
+     "source: value_reader_schema of 'protobuf' is {subject, version} of the schema registry"),
     ({"tombstones": "delete"}, "source: tombstones 'delete' needs the key decoded (key_format)"),
 ])
 def test_a_source_whose_formats_cannot_read_its_records_is_refused_naming_the_field(source, refusal):
@@ -98,9 +100,10 @@ def change_feed(**source) -> dict:
     ({"value_format": "avro", "schema_registry": "registry", "value_schema": {"id": "int"},
       "value_reader_schema": '{"type": "record", "name": "Value", "fields": [{"name": "id", "type": "int"}]}'},
      "no value_reader_schema: change events are read into one made from value_schema"),
-    ({"value_format": "avro", "schema_registry": "registry", "value_schema": {"id": "int", "tags": "array<string>"}},
-     "reads value_schema's columns as boolean, int, bigint, float, double, decimal(p,s), string, binary, date or "
-     "timestamp, not {'tags': 'array<string>'}"),
+    ({"value_format": "avro", "schema_registry": "registry",
+      "value_schema": {"id": "long", "at": "timestamp", "price": "decimal(10,2)"}},
+     "reads value_schema's columns as boolean, int, bigint, float, double, string, binary or date, not "
+     "{'at': 'timestamp', 'price': 'decimal(10,2)'}"),
     ({"key_format": "json", "key_schema": {"key_id": "int"}},
      "source: envelope 'debezium' takes a row's key from its images: leave key_format unset"),
     ({"tombstones": "delete"}, "source: envelope 'debezium': a delete event deletes, and the tombstone after it "

@@ -76,16 +76,22 @@ class CapturedTable:
         return self.wait_for(lambda events: any(e["op"] == "c" and e["after"]["id"] == id for e in events))
 
     def drop(self) -> None:
-        connect.remove_connector(self.name, self.name)
-        with closing(postgres.connect_admin("source")) as conn, conn, conn.cursor() as cur:
-            cur.execute(sql.SQL("DROP PUBLICATION IF EXISTS {p}; DROP SCHEMA {s} CASCADE").format(
-                p=sql.Identifier(self.name), s=sql.Identifier(self.name)))
+        """The connector, its slot, the publication and the schema: each tried whatever the one
+        before did (a killed worker cannot remove its connector; the slot goes all the same)."""
+        try:
+            connect.remove_connector(self.name, self.name)
+        finally:
+            with closing(postgres.connect_admin("source")) as conn, conn, conn.cursor() as cur:
+                cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                            "WHERE slot_name = %s AND NOT active", (self.name,))
+                cur.execute(sql.SQL("DROP PUBLICATION IF EXISTS {p}; DROP SCHEMA {s} CASCADE").format(
+                    p=sql.Identifier(self.name), s=sql.Identifier(self.name)))
 
 
 class Writer(threading.Thread):
     """Changes the table's rows in small transactions until stopped: updates, inserts,
     deletes, key updates and now and then a transaction of 30 changes; `commits` holds the
-    monotonic time of each commit."""
+    time of each commit (epoch milliseconds, as Debezium's `ts_ms`)."""
 
     def __init__(self, table: CapturedTable, ids: range, seed: int = 3):
         super().__init__(daemon=True)
@@ -123,12 +129,13 @@ class Writer(threading.Thread):
                     for _ in range(30 if self.random.random() < 0.05 else 1):
                         self._change(cur)
                     conn.commit()
-                    self.commits.append(time.monotonic())
+                    self.commits.append(time.time() * 1000)
                     time.sleep(0.01)
         except BaseException as error:  # noqa: BLE001 - re-raised by stop() in the test's thread
             self.error = error
 
     def stop(self) -> None:
+        """Stops it (also after a failure elsewhere: the test's `finally`); its error, if any, raised."""
         self.stopping.set()
         self.join(60)
         if self.error is not None:
