@@ -30,6 +30,8 @@ def write_conf() -> None:
         "spark.ui.showConsoleProgress false\n"
         "spark.sql.session.timeZone UTC\n"
         "spark.sql.shuffle.partitions 4\n"
+        # The Protobuf decoder of the project's jar, a SQL function of every session (formats/protobuf.py).
+        "spark.sql.extensions exactly_once.protobuf.ProtobufExtensions\n"
     )
     (SPARK_CONF_DIR / "log4j2.properties").write_text(
         "rootLogger.level = warn\n"

@@ -49,10 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     new = commands.add_parser("new", help="scaffold a pipeline with one append sink")
     new.add_argument("name")
     new.add_argument("--topic", required=True)
-    new.add_argument("--schema", help="the value's fields: 'name:spark_type,...' (avro: default the subject's)")
-    new.add_argument("--value-format", choices=("json", "avro"), default="json")
-    new.add_argument("--subject", help="avro: the schema registry subject of the values (its version: --version)")
-    new.add_argument("--version", default="latest", help="avro: the subject's version (default: its latest)")
+    new.add_argument("--schema", help="the value's fields: 'name:spark_type,...' (avro, protobuf: default the "
+                                      "subject's)")
+    new.add_argument("--value-format", choices=("json", "avro", "protobuf"), default="json")
+    new.add_argument("--subject", help="avro, protobuf: the schema registry subject of the values (its version: "
+                                       "--version)")
+    new.add_argument("--version", default="latest", help="avro, protobuf: the subject's version (default: its latest)")
     new.add_argument("--schema-registry", default="schema_registry_default",
                      help="avro: the registry's Airflow connection (default: schema_registry_default)")
     new.add_argument("--table", help="the final table, 'schema.table' (default: NAME)")
@@ -85,12 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "publish":
         return run_publish(args.target, args.transaction_timeout_ms)
     if args.command == "new":
-        from exactly_once.operate.scaffold import avro_source, parse_schema, scaffold
+        from exactly_once.operate.scaffold import parse_schema, registry_source, scaffold
 
         try:
-            if (args.value_format == "avro") != (args.subject is not None) or not (args.schema or args.subject):
-                raise ConfigError("new: give --schema (JSON values), or --value-format avro with --subject")
-            source = avro_source(args.subject, args.version, args.schema_registry) if args.subject else {}
+            if (args.value_format != "json") != (args.subject is not None) or not (args.schema or args.subject):
+                raise ConfigError("new: give --schema (JSON values), or --value-format avro or protobuf with --subject")
+            source = registry_source(args.value_format, args.subject, args.version, args.schema_registry) \
+                if args.subject else {}
             if args.schema:
                 source["value_schema"] = parse_schema(args.schema)
             written = scaffold(args.name, args.topic, source, args.table, args.dags, args.plugins)

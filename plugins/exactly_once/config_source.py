@@ -67,7 +67,8 @@ class Source(Frozen):
     value_format: str = Field(
         "json", description="Encoding of record values, a module of exactly_once.formats: json (an object in "
                             "UTF-8), string (UTF-8 text, one string field), avro (the schema registry's wire "
-                            "format, read into value_reader_schema).",
+                            "format, read into value_reader_schema), protobuf (its Protobuf wire format, read as "
+                            "value_reader_schema's message).",
         json_schema_extra=lambda schema: schema.update(enum=plugin_names("exactly_once.formats")))
     schema_registry: str | None = Field(
         None, description="The Airflow connection (type http) of the schema registry whose Confluent-compatible "
@@ -82,7 +83,9 @@ class Source(Frozen):
     value_reader_schema: ReaderSchema | None = Field(
         None, description="avro: the schema every value is read into, whatever schema wrote it (fields added with "
                           "defaults, removed, widened): an Avro record schema as JSON text, or {subject, version} "
-                          "of the schema registry. Its fields must give value_schema's columns their types.")
+                          "of the schema registry. Its fields must give value_schema's columns their types. "
+                          "protobuf: {subject, version} of the schema registry, whose first message every value "
+                          "must be (its fields become the columns by name).")
     key_format: str = Field(
         NO_KEY, description="Encoding of record keys: none (not decoded; kept as bytes in the dead letters), or "
                             "a format like value_format's; the key's fields become columns beside the value's.",
@@ -96,7 +99,8 @@ class Source(Frozen):
                             "one row (value_format json, with or without its schema part, or avro through the "
                             "schema registry, without value_reader_schema), whose row image gives value_schema's "
                             "columns, with debezium_op and debezium_position (the source's log position) beside "
-                            "them; upsert sinks apply it in source order, deletes included (docs/guide/change-feeds.md).")
+                            "them; upsert sinks apply it in source order, deletes included "
+                            "(docs/guide/change-feeds.md).")
     tombstones: Literal["dead_letter", "skip", "delete"] = Field(
         "dead_letter", description="A record with a key and a null value: a dead letter; skipped (no row, no dead "
                                    "letter); or delete: it deletes its key's row from each upsert sink ordered by "
@@ -157,8 +161,8 @@ class Source(Frozen):
             unread = {c: t for c, t in self.value_schema.items() if avro_type(t) is None}
             if unread:
                 raise ValueError(f"envelope 'debezium' with value_format 'avro' reads value_schema's columns as "
-                                 f"boolean, int, bigint, float, double, decimal(p,s), string, binary, date or "
-                                 f"timestamp, not {unread}")
+                                 f"boolean, int, bigint, float, double, string, binary or date, not {unread} "
+                                 f"(a timestamp as bigint, a decimal as string or double: docs/guide/change-feeds.md)")
         if self.key_format != NO_KEY:
             raise ValueError("envelope 'debezium' takes a row's key from its images: leave key_format unset (the "
                              "record key is kept in dead letters as bytes)")
@@ -199,6 +203,9 @@ class Source(Frozen):
                              f"{part}_reader_schema (what records are read into)")
         if not registry and reader is not None:
             raise ValueError(f"{part}_reader_schema is for registry formats (avro), not {name!r}")
+        if isinstance(reader, str) and name != "avro":
+            raise ValueError(f"{part}_reader_schema of {name!r} is {{subject, version}} of the schema registry, not "
+                             "a schema's text")
         if isinstance(reader, str):
             wrong = mismatches(reader, schema)
             if wrong:

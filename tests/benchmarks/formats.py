@@ -1,10 +1,13 @@
-"""Avro and Debezium change events beside JSON: N demo orders in each format, each read by a
+"""Avro, Protobuf and Debezium change events beside JSON: N demo orders in each format, each read by a
 checkpoint of a copy of the demo pipeline as its tasks run it (plan, spark-submit of the job
 with the registry in its settings file, commit), repetitions interleaved (the format that runs
 first rotates), medians printed. The JSON topic is the demo's (`produce`: every 7th transaction
 aborted, a few malformed and poison orders); the Avro topic holds the same orders' fields as
 confluent-kafka's serializer writes them (fastavro, the registry's wire format), every 7th
-transaction aborted too, none malformed; the Debezium topic holds the JSON topic's orders as
+transaction aborted too, none malformed; the Protobuf topic the same orders as a message of
+the registry (its `.proto` text registered), framed as confluent-kafka's serializer frames it,
+its price a decimal's text and its time a google.protobuf.Timestamp, decoded by the project's
+JVM function; the Debezium topic holds the JSON topic's orders as
 the after images of create events with the JSON converter's schema part (`source.envelope:
 debezium`, its upsert sink ordered by the source's position).
 
@@ -46,13 +49,18 @@ from tests.benchmarks import copies
 from tests.benchmarks.spark_app import increment_job
 from tests.benchmarks.throughput import PER_TRANSACTION
 from tests.spark.avro_orders import REGISTRY, registry_client
+from tests.spark.protobuf_orders import framed, message_class, proto, registered
 
 READER = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
     {"name": "order_id", "type": "string"}, {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"},
     {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
     {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
-FORMATS = ("json", "avro", "debezium")
-NAMES = {"json": "JSON", "avro": "Avro", "debezium": "Debezium JSON"}
+FORMATS = ("json", "avro", "protobuf", "debezium")
+NAMES = {"json": "JSON", "avro": "Avro", "protobuf": "Protobuf", "debezium": "Debezium JSON"}
+ORDER_PROTO = proto("""message Order {
+  string order_id = 1; string sku = 2; int32 qty = 3; string price = 4; google.protobuf.Timestamp ts = 5;
+}""", imports=("google/protobuf/timestamp.proto",))
+COLUMNS = {"order_id": "string", "sku": "string", "qty": "int", "price": "decimal(12,2)", "ts": "timestamp"}
 
 
 def _debezium_schema_part() -> str:
@@ -113,14 +121,30 @@ def avro_orders(topic: str):
     return encoded
 
 
+def protobuf_orders(topic: str):
+    """`produce`'s encoder of orders as ORDER_PROTO's message under its id, framed as
+    ProtobufSerializer frames the first message of a schema."""
+    from google.protobuf import message_factory
+
+    schema_id = registered(f"{topic}-value", ORDER_PROTO)
+    Order = message_class(ORDER_PROTO, "Order")
+    Timestamp = message_factory.GetMessageClass(Order.DESCRIPTOR.fields_by_name["ts"].message_type)
+
+    def encoded(i: int, rng: random.Random, when: datetime) -> tuple[bytes, bytes]:
+        sku, micros = rng.choice(SKUS), int(when.timestamp() * 1_000_000)
+        message = Order(order_id=f"o-{i}", sku=sku, qty=rng.randint(1, 9), price=f"{rng.uniform(1, 100):.2f}",
+                        ts=Timestamp(seconds=micros // 1_000_000, nanos=micros % 1_000_000 * 1000))
+        return sku.encode(), framed(schema_id, message)
+    return encoded
+
+
 def checkpoint(fmt: str, topic: str, repetition: int, servers: str, db_url: str, folder: Path) -> dict:
     """One checkpoint of a fresh copy of the demo over the whole topic: its job's report and wall times."""
     name = f"fmt_{fmt}_{repetition}"
-    avro = {"source": {"topics": [topic], "value_format": "avro", "schema_registry": REGISTRY,
-                       "value_reader_schema": json.dumps(READER),
-                       "value_schema": {"order_id": "string", "sku": "string", "qty": "int",
-                                        "price": "decimal(12,2)", "ts": "timestamp"}}} if fmt == "avro" else {}
-    config = demo_config(name, topic, name, **avro)
+    readers = {"avro": json.dumps(READER), "protobuf": {"subject": f"{topic}-value", "version": 1}}
+    registry = {"source": {"topics": [topic], "value_format": fmt, "schema_registry": REGISTRY,
+                           "value_reader_schema": readers[fmt], "value_schema": COLUMNS}} if fmt in readers else {}
+    config = demo_config(name, topic, name, **registry)
     copies.forget(db_url, config, [name])
     copies.create_demo_tables(db_url, name)
     if fmt == "debezium":
@@ -178,6 +202,8 @@ def main() -> None:
     produce(servers, args.orders, topic=topics["json"], per_transaction=PER_TRANSACTION)
     produce(servers, args.orders, topic=topics["avro"], per_transaction=PER_TRANSACTION,
             encoded=avro_orders(topics["avro"]))
+    produce(servers, args.orders, topic=topics["protobuf"], per_transaction=PER_TRANSACTION,
+            encoded=protobuf_orders(topics["protobuf"]))
     produce(servers, args.orders, topic=topics["debezium"], per_transaction=PER_TRANSACTION,
             encoded=debezium_orders())
     runs = {fmt: [] for fmt in FORMATS}

@@ -68,3 +68,26 @@ def test_an_avro_topic_is_scaffolded_from_its_registry_subject_and_passes_the_pr
     assert unknown.returncode == 1
     assert unknown.stderr.startswith("--subject: the schema registry ('schema_registry_default') answers HTTP 404 "
                                      "for subject 'no-such-subject' version latest")
+
+
+def test_a_protobuf_topic_is_scaffolded_from_its_subject_s_first_message_and_passes_the_preflight(ledger_db, topic,
+                                                                                               tmp_path):
+    from tests.spark.protobuf_orders import ORDER, proto, registered
+
+    name, subject = f"new_{uuid.uuid4().hex[:8]}", f"{topic}-value"
+    registered(subject, proto(f"message Order {{ {ORDER[3]} }} message Other {{ bool flag = 1; }}"))
+    execute(ledger_db, f"CREATE SCHEMA {name}")
+    new = cli("new", name, "--topic", topic, "--value-format", "protobuf", "--subject", subject,
+              "--table", f"{name}.orders", cwd=tmp_path)
+    assert new.returncode == 0, new.stderr
+    written = (tmp_path / "plugins" / name / "pipeline.py").read_text()
+    found: dict = {}
+    exec(written, found)
+    source = found["CONFIG"].source
+    assert (source.value_format, source.value_reader_schema.subject, source.value_reader_schema.version) == \
+        ("protobuf", subject, 1)
+    assert source.value_schema == {"id": "string", "n": "int", "note": "string", "source": "string"}
+
+    execute(ledger_db, (tmp_path / "plugins" / name / "tables.sql").read_text())
+    ready = cli("check", f"dags/{name}.py", cwd=tmp_path)
+    assert (ready.returncode, ready.stdout) == (0, f"pipeline {name!r}: ready\n"), ready.stderr

@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 import psycopg2
+import pytest
 
 from exactly_once import connections
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.debezium import NO_POSITION
+from exactly_once.errors import AttemptFailed
+from exactly_once.faults import ENV as FAULTS
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.ledger.invariants import violations
@@ -29,13 +32,10 @@ from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_begin
-from exactly_once.spark.runners import ConnectRunner, job_runner
-from exactly_once.spark.settings import JobSettings
-from tests.job_role import in_process, job_db_url
+from tests.job_role import in_process
 from tests.kafka_records import produce_transactions
 from tests.oracle import assert_same_rows
 from tests.spark.avro_orders import REGISTRY
-from tests.spark.conftest import CONNECTION
 
 TABLES = """
 CREATE SCHEMA {s};
@@ -367,10 +367,15 @@ class Run:
         return self.feed.run(self.spark, self.runner)
 
 
-def connect_runner(feed: ChangeFeed, connect_server: dict, monkeypatch) -> ConnectRunner:
-    """The runner the Airflow task picks for a Spark connection to the stack's Connect server."""
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONNECTION.upper()}", json.dumps(connect_server))
-    runner = job_runner(CONNECTION, f"{feed.config.name} increment", feed.config,
-                        JobSettings(job_db_url(), KafkaClient.at(feed.servers), None))
-    assert isinstance(runner, ConnectRunner)
-    return runner
+def failed_once_and_retried(feed: ChangeFeed, run: Run, monkeypatch) -> int:
+    """A checkpoint whose first Spark job fails after staging the replicated table, retried,
+    committed, and its commit replayed."""
+    checkpoint = feed.begin()
+    monkeypatch.setenv(FAULTS, "increment.wrote.items=raise")
+    with pytest.raises(AttemptFailed, match="InjectedFault: fault injected at increment.wrote.items"):
+        feed.increment(run.spark, checkpoint, run.runner)
+    monkeypatch.delenv(FAULTS)
+    feed.increment(run.spark, checkpoint, run.runner)  # the task's retry: a new attempt
+    assert feed.commit(checkpoint) is Outcome.COMMITTED
+    assert feed.commit(checkpoint) is Outcome.ALREADY_COMMITTED  # a commit replayed changes nothing
+    return checkpoint

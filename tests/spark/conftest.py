@@ -6,8 +6,12 @@ import os
 
 import pytest
 
+from exactly_once.kafka_client import KafkaClient
+from exactly_once.spark.runners import ConnectRunner, job_runner
+from exactly_once.spark.settings import JobSettings
 from exactly_once_stack import spark_cluster
 from exactly_once_stack.settings import spark_connection
+from tests.job_role import job_db_url
 
 CONNECTION = "spark_connect_isolation"  # the Airflow connection the tests give the Connect server
 
@@ -24,3 +28,14 @@ def connect_server(stack_env) -> dict:
     spark_cluster.stop_named(started)
     os.environ.clear()
     os.environ.update(saved)
+
+
+def connect_runner(config, servers: str, registry, connect_server: dict, monkeypatch) -> ConnectRunner:
+    """The runner the Airflow task picks for a Spark connection to the stack's Connect server."""
+    import json
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONNECTION.upper()}", json.dumps(connect_server))
+    runner = job_runner(CONNECTION, f"{config.name} increment", config,
+                        JobSettings(job_db_url(), KafkaClient.at(servers), registry))
+    assert isinstance(runner, ConnectRunner)
+    return runner

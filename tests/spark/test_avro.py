@@ -4,21 +4,16 @@ tables and dead letters equal what the records say (tests/spark/avro_orders.py),
 
 from __future__ import annotations
 
-import json
 import struct
 
 import pytest
 
 from exactly_once.errors import AttemptFailed
-from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.refusals import Stalled
 from exactly_once.orchestration import tasks
 from exactly_once.schema_registry import SchemaRegistry
-from exactly_once.spark.runners import ConnectRunner, job_runner
-from exactly_once.spark.settings import JobSettings
-from tests.job_role import job_db_url
 from tests.spark.avro_orders import AvroOrders
-from tests.spark.conftest import CONNECTION
+from tests.spark.conftest import connect_runner
 
 TOMBSTONE_DEAD_LETTER = "value is null (a tombstone: source.tombstones is dead_letter)"
 
@@ -134,10 +129,7 @@ def test_tombstones_delete_upsert_rows_over_three_checkpoints_and_a_reprocessing
 
 @pytest.mark.variant
 def test_the_same_over_spark_connect_as_the_airflow_task_runs_it(connect_server, orders, monkeypatch):
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONNECTION.upper()}", json.dumps(connect_server))
-    runner = job_runner(CONNECTION, f"{orders.config.name} increment", orders.config,
-                        JobSettings(job_db_url(), KafkaClient.at(orders.servers), orders.registry))
-    assert isinstance(runner, ConnectRunner)
+    runner = connect_runner(orders.config, orders.servers, orders.registry, connect_server, monkeypatch)
     produce_three_writers_and_hostile_records(orders)
     assert orders.run(None, runner) is not None
     orders.assert_exact()

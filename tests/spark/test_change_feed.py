@@ -13,14 +13,13 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import functions as F
 
-from exactly_once.faults import ENV as FAULTS
 from exactly_once.config import load_config
 from exactly_once.debezium import NO_POSITION, POSITION
-from exactly_once.errors import AttemptFailed
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.orchestration import tasks
 from exactly_once.spark.frames import parse
-from tests.spark.change_feed import ChangeFeed, Run, connect_runner
+from tests.spark.change_feed import ChangeFeed, Run, failed_once_and_retried
+from tests.spark.conftest import connect_runner
 
 
 def produce_history(feed: ChangeFeed, after_part=lambda part: None) -> None:
@@ -41,20 +40,6 @@ def produce_history(feed: ChangeFeed, after_part=lambda part: None) -> None:
     # late and older than what the replica holds: the first inserts of keys changed since, again
     feed.produce(source.update(9, qty=99) + source.delete(106) + [e for e in first[2:12]] + source.insert(4, "back", 4)
                  + source.update(200, name="bulk two hundred"))
-
-
-def failed_once_and_retried(feed: ChangeFeed, run, monkeypatch) -> int:
-    """A checkpoint whose first Spark job fails after staging the replicated table, retried,
-    committed, and its commit replayed."""
-    checkpoint = feed.begin()
-    monkeypatch.setenv(FAULTS, "increment.wrote.items=raise")
-    with pytest.raises(AttemptFailed, match="InjectedFault: fault injected at increment.wrote.items"):
-        feed.increment(run.spark, checkpoint, run.runner)
-    monkeypatch.delenv(FAULTS)
-    feed.increment(run.spark, checkpoint, run.runner)  # the task's retry: a new attempt
-    assert feed.commit(checkpoint) is Outcome.COMMITTED
-    assert feed.commit(checkpoint) is Outcome.ALREADY_COMMITTED  # a commit replayed changes nothing
-    return checkpoint
 
 
 def changes_in_three_checkpoints(feed: ChangeFeed, run, monkeypatch) -> int:
@@ -105,7 +90,7 @@ def test_the_avro_converter_s_events_under_two_writer_schemas_replicate_alike(sp
 def test_the_same_over_spark_connect_as_the_airflow_task_runs_it(connect_server, ledger_db, kafka_servers, topic,
                                                                 monkeypatch):
     feed = ChangeFeed(ledger_db, kafka_servers, topic)
-    changes_in_three_checkpoints(feed, Run(feed, None, connect_runner(feed, connect_server, monkeypatch)),
+    changes_in_three_checkpoints(feed, Run(feed, None, connect_runner(feed.config, kafka_servers, None, connect_server, monkeypatch)),
                                  monkeypatch)
     feed.assert_exact()
 

@@ -16,14 +16,13 @@ import time
 
 import pytest
 
-from exactly_once.errors import AttemptFailed
-from exactly_once.faults import ENV as FAULTS
 from exactly_once.ledger.checkpoints import Outcome
 from exactly_once.orchestration import tasks
 from exactly_once_stack import connect, process
 from tests.oracle import assert_same_rows
 from tests.spark.captured import CapturedTable, Writer
-from tests.spark.change_feed import ChangeFeed, Run, connect_runner
+from tests.spark.change_feed import ChangeFeed, Run, failed_once_and_retried
+from tests.spark.conftest import connect_runner
 
 ROWS = 3000
 
@@ -84,14 +83,7 @@ def replicated_through_faults(table: CapturedTable, feed: ChangeFeed, run: Run, 
         writer.stop()
     table.mark(-1)
 
-    checkpoint = feed.begin()
-    monkeypatch.setenv(FAULTS, "increment.wrote.items=raise")
-    with pytest.raises(AttemptFailed, match="InjectedFault: fault injected at increment.wrote.items"):
-        feed.increment(run.spark, checkpoint, run.runner)
-    monkeypatch.delenv(FAULTS)
-    feed.increment(run.spark, checkpoint, run.runner)  # the task's retry: a new attempt
-    assert feed.commit(checkpoint) is Outcome.COMMITTED
-    assert feed.commit(checkpoint) is Outcome.ALREADY_COMMITTED
+    checkpoint = failed_once_and_retried(feed, run, monkeypatch)
 
     table.execute("UPDATE {t} SET qty = qty * 2 WHERE id % 7 = 0; DELETE FROM {t} WHERE id % 11 = 0; "
                   "UPDATE {t} SET id = -id WHERE id % 13 = 0 AND id > 0")
@@ -129,7 +121,7 @@ def test_the_same_over_spark_connect(capture, connect_server, ledger_db, kafka_s
     table = CapturedTable(ROWS, kafka_servers)
     try:
         feed = ChangeFeed(ledger_db, kafka_servers, table.topic)
-        replicated_through_faults(table, feed, Run(feed, None, connect_runner(feed, connect_server, monkeypatch)),
+        replicated_through_faults(table, feed, Run(feed, None, connect_runner(feed.config, kafka_servers, None, connect_server, monkeypatch)),
                                   monkeypatch)
         assert_replicated(feed, table)
     finally:

@@ -22,28 +22,16 @@ import json
 import urllib.error
 from urllib.parse import quote
 
-from exactly_once.errors import ConfigError, PipelineError
+from exactly_once.errors import ConfigError
 from exactly_once.formats._avro_types import mismatches
+from exactly_once.formats._registry import (HEADER_BYTES, SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, RegistryUnavailable,
+                                            UnknownSchemaIds, asked, schema_ids, unknown_id, unknown_ids_failure)
+from exactly_once.formats._registry import writer_schema as registry_writer
 from exactly_once.problems import Problem
-
-MAGIC_BYTE = "00"            # hex of the first byte
-HEADER_BYTES = 5             # the magic byte and the schema id
 CANARY = "exactly_once_decoded"  # `with_canary`
-# The Confluent API's error codes of a 404 that means "no such thing" (any other 404 is no
-# registry API: a wrong URL, which fails the attempt rather than judge records).
-SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
 # (registry, id) -> (schema, why not). An unknown id is not kept: a registry replica that
 # had not yet seen a new schema knows it by the attempt's retry.
 _WRITERS: dict[tuple[str, int], tuple[str | None, str | None]] = {}
-
-
-class RegistryUnavailable(PipelineError):
-    """The schema registry did not answer: a retry may find it back."""
-
-
-class UnknownSchemaIds(PipelineError):
-    """Records carry schema ids the registry does not know, on a checkpoint's first attempt:
-    a retry asks again before they are dead letters."""
 
 
 class Avro:
@@ -54,12 +42,8 @@ class Avro:
         from pyspark.sql.avro.functions import from_avro
 
         reader = reader_schema(encoded)
-        raw = F.col(encoded.column)
-        framed = (F.octet_length(raw) >= HEADER_BYTES) & (F.hex(F.substring(raw, 1, 1)) == MAGIC_BYTE)
-        schema_id = F.when(framed, F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("bigint"))
+        framed, schema_id, ids = schema_ids(records, encoded.column)
         payload = F.expr(f"substring({encoded.column}, {HEADER_BYTES + 1})")
-        ids = sorted(row[0] for row in records.select(schema_id.alias("id")).where("id IS NOT NULL")
-                     .distinct().collect())
         writers = {i: writer_schema(encoded, i) for i in ids}
         unknown = [i for i, (_, why_not) in writers.items() if why_not == unknown_id(i)]
         if unknown and encoded.retry_unknown_ids:
@@ -125,7 +109,7 @@ def reader_schema(encoded) -> str:
         text = reader
     else:
         path = f"/subjects/{quote(reader.subject, safe='')}/versions/{reader.version}"
-        text = _asked(encoded, path, f"{encoded.column} reader schema {reader.subject!r} version {reader.version}",
+        text = asked(encoded, path, f"{encoded.column} reader schema {reader.subject!r} version {reader.version}",
                       (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND))
         if text is None:
             raise ConfigError(f"the schema registry ({encoded.registry.connection!r}) has no subject "
@@ -139,58 +123,4 @@ def reader_schema(encoded) -> str:
 
 def writer_schema(encoded, schema_id: int) -> tuple[str | None, str | None]:
     """(the Avro schema of `schema_id`, None) or (None, why its records cannot be read)."""
-    key = (encoded.registry.url, schema_id)
-    if key not in _WRITERS:
-        found = _asked(encoded, f"/schemas/ids/{schema_id}", f"schema id {schema_id}", (SCHEMA_NOT_FOUND,),
-                       whole=True)
-        if found is None:
-            return None, unknown_id(schema_id)
-        if found.get("schemaType", "AVRO") != "AVRO":
-            _WRITERS[key] = (None, f"schema id {schema_id} is a {found['schemaType']} schema, not Avro")
-        else:
-            _WRITERS[key] = (found["schema"], None)
-    return _WRITERS[key]
-
-
-def unknown_id(schema_id: int) -> str:
-    return f"schema id {schema_id} is unknown to the schema registry"
-
-
-def unknown_ids_failure(encoded, ids: list[int]) -> str:
-    reader = encoded.reader
-    subject = "" if isinstance(reader, str) or reader is None else f" (reader schema's subject {reader.subject!r})"
-    return (f"{encoded.column}: {', '.join(unknown_id(i) for i in ids)} (connection "
-            f"{encoded.registry.connection!r}){subject}: a registry follower may not have it yet; the attempt's "
-            "retry asks again and dead-letters the records of an id still unknown")
-
-
-def _asked(encoded, path: str, what: str, missing: tuple[int, ...], whole: bool = False):
-    """The registry's answer for `path` (its `schema` unless `whole`), None when it says it has
-    none (a 404 with an error code of `missing`); RegistryUnavailable when it does not answer,
-    ConfigError when it refuses the login or answers as no registry API."""
-    registry = encoded.registry
-    try:
-        found = registry.get(path)
-    except urllib.error.HTTPError as error:
-        if error.code == 404 and _error_code(error) in missing:
-            return None
-        if error.code == 404:
-            raise ConfigError(f"connection {registry.connection!r}: the schema registry answers HTTP 404 without "
-                              f"a registry's error code asked for {what}: is its url the Confluent-compatible "
-                              "API's root?") from None
-        if error.code in (401, 403):
-            raise ConfigError(f"connection {registry.connection!r}: the schema registry refuses its login "
-                              f"(HTTP {error.code}) asked for {what}") from None
-        raise RegistryUnavailable(f"connection {registry.connection!r}: the schema registry answers HTTP "
-                                  f"{error.code} asked for {what}") from None
-    except OSError as error:  # URLError, a refused connection, a timeout
-        raise RegistryUnavailable(f"connection {registry.connection!r}: the schema registry does not answer "
-                                  f"asked for {what}: {getattr(error, 'reason', error)}") from None
-    return found if whole else found["schema"]
-
-
-def _error_code(error: urllib.error.HTTPError) -> int | None:
-    try:
-        return json.loads(error.read()).get("error_code")
-    except (ValueError, AttributeError, OSError):
-        return None
+    return registry_writer(_WRITERS, encoded, schema_id, "AVRO", lambda found: found["schema"])

@@ -80,14 +80,22 @@ def parse_schema(text: str) -> dict[str, str]:
     return schema
 
 
-def avro_source(subject: str, version: str, connection: str) -> dict[str, Any]:
-    """The source fields of a topic whose Avro values a registry subject describes: the
-    subject's version (`latest` made its number) as the reader schema, its fields as the columns."""
+def registry_source(value_format: str, subject: str, version: str, connection: str) -> dict[str, Any]:
+    """The source fields of a topic whose Avro or Protobuf values a registry subject describes:
+    the subject's version (`latest` made its number) as the reader schema, its fields (Protobuf:
+    its first message's) as the columns."""
     from exactly_once import connections
+    from exactly_once.formats._protobuf_schemas import descriptor_set, first_message, message_columns, subject_path
 
+    registry = connections.schema_registry(connection)
     try:
-        found = connections.schema_registry(connection).get(f"/subjects/{quote(subject, safe='')}/versions/{version}")
-        columns = record_fields(found["schema"])
+        if value_format == "avro":
+            found = registry.get(f"/subjects/{quote(subject, safe='')}/versions/{version}")
+            columns = record_fields(found["schema"])
+        else:
+            found = registry.get(subject_path(subject, version))
+            serialized = descriptor_set(found, lambda s, v: registry.get(subject_path(s, v)))
+            columns = message_columns(serialized, first_message(serialized))
     except HTTPError as refused:
         raise ConfigError(f"--subject: the schema registry ({connection!r}) answers HTTP {refused.code} for "
                           f"subject {subject!r} version {version}") from None
@@ -95,7 +103,7 @@ def avro_source(subject: str, version: str, connection: str) -> dict[str, Any]:
         raise ConfigError(f"--subject: the schema registry ({connection!r}) does not answer: {failed}") from None
     except ValueError as unreadable:
         raise ConfigError(f"--subject: {subject!r} version {version}: {unreadable}") from None
-    return {"schema_registry": connection, "value_format": "avro",
+    return {"schema_registry": connection, "value_format": value_format,
             "value_reader_schema": {"subject": subject, "version": found["version"]}, "value_schema": columns}
 
 
@@ -112,7 +120,7 @@ def pipeline_config(name: str, topic: str, source: dict[str, Any], table: str | 
 def scaffold(name: str, topic: str, source: dict[str, Any], table: str | None, dags: Path, plugins: Path
              ) -> list[Path]:
     """Writes the three files, none over an existing one; returns their paths. `source` holds
-    the value's fields (`parse_schema`) and, for Avro, the rest of `avro_source`."""
+    the value's fields (`parse_schema`) and, for Avro and Protobuf, the rest of `registry_source`."""
     config = pipeline_config(name, topic, source, table)
     as_written = {"name": name, "source": {"topics": [topic], **source},
                   "sinks": [config.sinks[0].model_dump(include={"name", "table", "mode"})]}

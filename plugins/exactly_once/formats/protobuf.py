@@ -1,0 +1,135 @@
+"""protobuf: the column is Protobuf in the schema registry's wire format (Confluent's: a magic
+byte 0, the writer schema's 4-byte id, the message indexes, then the payload), read into the
+pipeline's columns by the message's field names.
+
+The reader schema (`source.value_reader_schema`/`key_reader_schema`, {subject, version} of the
+registry) names the message: its schema's first. Decoding runs in the JVM (the function
+`exactly_once_from_protobuf` of the project's jar, registered by spark.sql.extensions): the
+driver finds the schema ids among the records, fetches each writer schema and its references
+once per process (ids are immutable) and gives them and the reader's to the function, which
+checks that each record's id and indexes name the reader's message and reads its payload as
+the reader's message (by field numbers, as Protobuf reads another version of a message: a
+field the writer lacks has its default); its fields become the columns by name. A record not framed so,
+whose id the registry does not know or is no Protobuf schema, whose indexes name another
+message, or whose payload does not decode, has that reason; unknown ids and a registry that
+does not answer fail the attempt as with Avro (exactly_once.formats._registry).
+"""
+
+from __future__ import annotations
+
+from exactly_once.errors import ConfigError
+from exactly_once.formats._protobuf_schemas import (SERIALIZED, descriptor_set, first_message, message_columns,
+                                                    subject_path)
+from exactly_once.formats._registry import (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, RegistryUnavailable,
+                                            UnknownSchemaIds, asked, schema_ids, unknown_id, unknown_ids_failure,
+                                            writer_schema)
+from exactly_once.problems import Problem
+from exactly_once.spark_types import parse as parse_spark_type
+
+FUNCTION = "exactly_once_from_protobuf"
+EXTENSIONS = "exactly_once.protobuf.ProtobufExtensions"  # spark.sql.extensions
+# (registry, id) -> (serialized FileDescriptorSet, why not); an unknown id is not kept (as Avro's).
+_WRITERS: dict[tuple[str, int], tuple[bytes | None, str | None]] = {}
+
+
+class Protobuf:
+    needs_registry = True
+
+    def decode(self, records, encoded):
+        from pyspark.sql import functions as F
+
+        reader, message = reader_schema(encoded)
+        framed, schema_id, ids = schema_ids(records, encoded.column)
+        writers = {i: writer_schemas(encoded, i) for i in ids}
+        unknown = [i for i, (_, why_not) in writers.items() if why_not == unknown_id(i)]
+        if unknown and encoded.retry_unknown_ids:
+            raise UnknownSchemaIds(unknown_ids_failure(encoded, unknown))
+
+        columns = ", ".join(f"`{c}` {t}" for c, t in encoded.schema.items())
+        schemas = F.create_map(*(part for i, (found, _) in writers.items() if found is not None
+                                 for part in (F.lit(i).cast("bigint"), F.lit(bytearray(found))))
+                               ).cast("map<bigint, binary>")
+        read = F.call_function(FUNCTION, F.col(encoded.column), schemas, F.lit(bytearray(reader)), F.lit(message),
+                               F.lit(columns))
+        reason = F.when(~framed, F.lit(f"{encoded.column} is not in the schema registry's Protobuf wire format "
+                                       f"(magic byte 0, a 4-byte schema id and the message indexes, then the "
+                                       f"Protobuf payload)"))
+        for i, (_, why_not) in writers.items():
+            if why_not is not None:
+                reason = reason.when(schema_id == i, F.lit(f"{encoded.column}: {why_not}"))
+        # Decoded again only for a record that failed, to say why (a CASE branch runs when taken).
+        return read.getField("fields"), lambda fields: reason.when(
+            fields.isNull(), F.concat(F.lit(f"{encoded.column} "), read.getField("error")))
+
+    def problems(self, encoded) -> list[Problem]:
+        """The reader schema's: not in the registry, or not giving the columns."""
+        try:
+            reader_schema(encoded)
+        except ConfigError as wrong:
+            return [Problem(f"source.{encoded.column}_reader_schema", str(wrong))]
+        except (RegistryUnavailable, OSError) as failed:
+            return [Problem(f"source.{encoded.column}_reader_schema", f"the schema registry does not answer: {failed}",
+                            passing=True)]
+        return []
+
+
+FORMAT = Protobuf()
+
+
+def reader_schema(encoded) -> tuple[bytes, str]:
+    """(the reader schema's serialized FileDescriptorSet, its first message's full name), the
+    message checked against the pipeline's columns (ConfigError)."""
+    reader = encoded.reader
+    where = f"source.{encoded.column}_reader_schema"
+    if isinstance(reader, str) or reader is None:
+        raise ConfigError(f"{where}: protobuf reads into a message of the schema registry: give {{subject, version}}")
+    what = f"{encoded.column} reader schema {reader.subject!r} version {reader.version}"
+    found = asked(encoded, subject_path(reader.subject, reader.version), what, (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND),
+                  whole=True)
+    if found is None:
+        raise ConfigError(f"the schema registry ({encoded.registry.connection!r}) has no subject {reader.subject!r} "
+                          f"version {reader.version} ({where})")
+    if found.get("schemaType", "AVRO") != "PROTOBUF":
+        raise ConfigError(f"{where}: subject {reader.subject!r} version {reader.version} is a "
+                          f"{found.get('schemaType', 'AVRO')} schema, not Protobuf")
+    try:
+        serialized = descriptor_set(found, lambda subject, version: _referenced(encoded, subject, version))
+        message = first_message(serialized)
+        fields = message_columns(serialized, message)
+    except ValueError as unreadable:
+        raise ConfigError(f"{where}: {unreadable}") from None
+    wrong = []
+    for column, wanted in encoded.schema.items():
+        if column not in fields:
+            wrong.append(f"{column}: not a field of message {message} (its fields: {', '.join(fields)})")
+        elif not _gives(fields[column], str(parse_spark_type(wanted))):
+            wrong.append(f"{column}: message {message} makes it {fields[column]}, the configuration says {wanted}")
+    if wrong:
+        raise ConfigError(f"{where} does not give source.{encoded.column}_schema's columns: {'; '.join(wrong)}")
+    return serialized, message
+
+
+# A field's type -> the wider column types the decoder also gives it (exactly_once.protobuf.Rows).
+_WIDENED = {"int": ("bigint",), "float": ("double",)}
+
+
+def _gives(field_type: str, column_type: str) -> bool:
+    """Whether the decoder gives a field of that type the column's: its own, a wider one, or a
+    decimal from a string (its text, exactly at the column's scale, or a dead letter)."""
+    return (str(parse_spark_type(field_type)) == column_type or column_type in _WIDENED.get(field_type, ())
+            or (field_type == "string" and column_type.startswith("decimal(")))
+
+
+def writer_schemas(encoded, schema_id: int) -> tuple[bytes | None, str | None]:
+    """(the serialized FileDescriptorSet of `schema_id` and its references, None) or (None, why
+    its records cannot be read)."""
+    return writer_schema(_WRITERS, encoded, schema_id, "PROTOBUF",
+                         lambda found: descriptor_set(found, lambda s, v: _referenced(encoded, s, v)), f"?{SERIALIZED}")
+
+
+def _referenced(encoded, subject: str, version: int) -> dict:
+    what = f"referenced subject {subject!r} version {version}"
+    found = asked(encoded, subject_path(subject, version), what, (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND), whole=True)
+    if found is None:
+        raise ValueError(f"the registry has no {what}")
+    return found
