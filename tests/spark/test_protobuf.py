@@ -94,20 +94,26 @@ message Reading {
   uint64 count = 11;
   bytes raw = 12;
   string amount = 13;
+  optional int32 level = 14;
+  uint32 hits = 15;
+  repeated Place visits = 16;
 }""", imports=("google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto"))
 
 
 COLUMNS = {"sensor": "string", "value": "double", "unit": "string", "place": "struct<site: string, floor: int>",
            "samples": "array<float>", "labels": "map<string, bigint>", "device": "string", "manual": "boolean",
            "at": "timestamp", "battery": "int", "count": "decimal(20,0)", "raw": "binary",
-           "amount": "decimal(12,2)"}
+           "amount": "decimal(12,2)", "level": "int", "hits": "bigint",
+           "visits": "array<struct<site: string, floor: int>>"}
 
 
 def test_every_kind_of_field_becomes_its_column(spark, topic):
     """Scalars, an enum (its name), a nested message (a struct), repeated (an array), a map, a
     oneof (the member set; the other null), Timestamp, a wrapper (its value; null when unset),
-    uint64 beyond bigint, a decimal's text (one of another scale a dead letter); proto3 fields left
-    unset read their defaults. The key Protobuf too."""
+    uint64 beyond bigint, uint32 beyond int, a decimal's text, a proto3 `optional` (null unset),
+    a repeated message; proto3 fields left unset read their defaults. A Timestamp beyond year
+    9999, a decimal's text of another scale or too long, indexes naming a nested message: dead
+    letters saying so. The key Protobuf too."""
     Reading = message_class(READING, "Reading")
     subject = f"{topic}-value"
     schema_id = registered(subject, READING)
@@ -117,14 +123,20 @@ def test_every_kind_of_field_becomes_its_column(spark, topic):
     battery = field_class["battery"](value=87)
     full = Reading(sensor="s1", value=21.5, unit=2, place=Reading.Place(site="lab", floor=-3), samples=[1.5, 2.5],
                    labels={"a": 1, "b": 2**40}, device="d7", at=at, battery=battery, count=2**64 - 1,
-                   raw=b"\x00\xff", amount="12.5")
+                   raw=b"\x00\xff", amount="12.5", level=3, hits=4_000_000_000,
+                   visits=[Reading.Place(site="a", floor=1)])
     bare = Reading(manual=False, amount="0")  # a oneof member set to its default: set all the same
     unknown = Reading(unit=7, amount="1")  # a number the enum does not name (proto3 enums are open)
     inexact = Reading(amount="1.234")
-    values = [framed(schema_id, m) for m in (full, bare, unknown, inexact)]
+    far = Reading(amount="0", at=field_class["at"](seconds=10**13))
+    huge = Reading(amount="1E+600000000")
+    values = [framed(schema_id, m) for m in (full, bare, unknown, inexact, far, huge)]
+    nested = framed(schema_id, full)
+    values.append(nested[:5] + b"\x04\x00\x00" + nested[6:])  # indexes [0, 0]: Reading.Place
     key_text = proto("message Key { string device_id = 1; }")
     key_id = registered(f"{topic}-key", key_text)
-    keys = [framed(key_id, message_class(key_text, "Key")(device_id=d)) for d in ("d7", "", "d9", "d10")]
+    devices = ["d7", "", "d9", "d10", "d11", "d12", "d13"]
+    keys = [framed(key_id, message_class(key_text, "Key")(device_id=d)) for d in devices]
     config = load_config({"name": "p", "source": {"topics": [topic], "value_format": "protobuf",
                                                   "schema_registry": REGISTRY, "value_schema": COLUMNS,
                                                   "value_reader_schema": {"subject": subject, "version": 1},
@@ -136,9 +148,14 @@ def test_every_kind_of_field_becomes_its_column(spark, topic):
     parsed = parse(records.withColumns({"timestamp": F.current_timestamp(), "headers": F.lit(None)}), config,
                    connections.schema_registry(REGISTRY))
     rows = parsed.orderBy("offset").collect()
-    assert [row["parsed_key"]["device_id"] for row in rows] == ["d7", "", "d9", "d10"]
+    assert [row["parsed_key"]["device_id"] for row in rows] == devices
     assert rows[2]["reason"] is None and rows[2]["parsed"]["unit"] == "UNKNOWN_ENUM_VALUE_Unit_7"
-    assert rows[3]["reason"] == "value field amount: '1.234' is not a decimal(12,2)"
+    assert [row["reason"] for row in rows[3:]] == [
+        "value field amount: '1.234' is not a decimal(12,2)",
+        "value field at: Timestamp 10000000000000 s 0 ns is outside years 1 to 9999",
+        "value field amount: '1E+600000000' is not a decimal(12,2)",
+        f"value schema id {schema_id}'s message [0, 0] is {PACKAGE}.Reading.Place, not the reader's "
+        f"{PACKAGE}.Reading"]
     rows = rows[:2]
     found = [(row["reason"], row["parsed"].asDict(recursive=True)) for row in rows]
     at_read = found[0][1].pop("at")
@@ -147,10 +164,11 @@ def test_every_kind_of_field_becomes_its_column(spark, topic):
         (None, {"sensor": "s1", "value": 21.5, "unit": "KELVIN", "place": {"site": "lab", "floor": -3},
                 "samples": [1.5, 2.5], "labels": {"a": 1, "b": 2**40}, "device": "d7", "manual": None,
                 "battery": 87, "count": Decimal(2**64 - 1), "raw": bytearray(b"\x00\xff"),
-                "amount": Decimal("12.50")}),
+                "amount": Decimal("12.50"), "level": 3, "hits": 4_000_000_000,
+                "visits": [{"site": "a", "floor": 1}]}),
         (None, {"sensor": "", "value": 0.0, "unit": "UNKNOWN", "place": None, "samples": [], "labels": {},
                 "device": None, "manual": False, "at": None, "battery": None, "count": Decimal(0),
-                "raw": bytearray(), "amount": Decimal("0.00")})]
+                "raw": bytearray(), "amount": Decimal("0.00"), "level": None, "hits": 0, "visits": []})]
 
 
 def test_a_schema_importing_another_subject_s_reads_its_messages(spark, topic):

@@ -43,11 +43,15 @@ def descriptor_set(found: Mapping, referenced: Callable[[str, int], Mapping]) ->
         texts[name] = answer["schema"]
 
     add(found, ROOT)
-    files = [_serialized(text) for text in texts.values()]
-    if all(file is not None for file in files):
+    files = {name: _serialized(text) for name, text in texts.items()}
+    if all(file is not None for file in files.values()):
         from google.protobuf import descriptor_pb2
 
-        return descriptor_pb2.FileDescriptorSet(file=files).SerializeToString()
+        # A Confluent registry names every serialized file "default": each takes the name its
+        # importers use (the reference's), which the decoder resolves imports by.
+        for name, file in files.items():
+            file.name = name
+        return descriptor_pb2.FileDescriptorSet(file=list(files.values())).SerializeToString()
     return _compiled(texts)
 
 
@@ -69,14 +73,20 @@ def _compiled(texts: Mapping[str, str]) -> bytes:
     import grpc_tools
 
     with tempfile.TemporaryDirectory(prefix="exactly_once_protobuf_") as folder:
+        sources = Path(folder, "sources").resolve()
         for name, text in texts.items():
-            path = Path(folder, "sources", name)
+            path = (sources / name).resolve()
+            if Path(name).is_absolute() or not path.is_relative_to(sources):
+                raise ValueError(f"reference name {name!r} is not a relative path inside the schema's folder")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            path.write_text(text, encoding="utf-8")
         out = Path(folder, "set.pb")
-        done = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{Path(folder, 'sources')}",
-                               f"-I{Path(grpc_tools.__file__).parent / '_proto'}", f"--descriptor_set_out={out}",
-                               "--include_imports", ROOT], capture_output=True, text=True, timeout=60)
+        try:
+            done = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{sources}",
+                                   f"-I{Path(grpc_tools.__file__).parent / '_proto'}", f"--descriptor_set_out={out}",
+                                   "--include_imports", ROOT], capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise ValueError("protoc did not compile its .proto text in 60 s") from None
         if done.returncode != 0:
             raise ValueError("its .proto text does not compile: " + " ".join(done.stderr.split())[:500])
         return out.read_bytes()
@@ -93,7 +103,8 @@ def first_message(serialized_set: bytes) -> str:
 
 
 def message_columns(serialized_set: bytes, message: str) -> dict[str, str]:
-    """Field name -> Spark SQL type of `message` as the decoder gives them."""
+    """Field name -> Spark SQL type of `message` as the decoder gives them; ValueError for a
+    message that holds itself (no column type can)."""
     from google.protobuf import descriptor_pb2
 
     messages = {}
@@ -122,7 +133,12 @@ def message_columns(serialized_set: bytes, message: str) -> dict[str, str]:
         if nested.options.map_entry:
             key, value = sorted(nested.field, key=lambda f: f.number)
             return f"map<{spark_type(key)}, {spark_type(value)}>"
-        return "struct<" + ", ".join(f"`{f.name}`: {typed(f)}" for f in nested.field) + ">"
+        if name in inside:
+            raise ValueError(f"field {field.name}: message {name[1:]} holds itself, which no column type can")
+        inside.add(name)
+        made = "struct<" + ", ".join(f"`{f.name}`: {typed(f)}" for f in nested.field) + ">"
+        inside.discard(name)
+        return made
 
     def typed(field) -> str:
         repeated = field.label == field.LABEL_REPEATED
@@ -132,7 +148,20 @@ def message_columns(serialized_set: bytes, message: str) -> dict[str, str]:
     found = messages.get(f".{message}")
     if found is None:
         raise ValueError(f"message {message} is none of the schema's")
+    inside = {f".{message}"}
     return {f.name: typed(f) for f in found.field}
+
+
+def text_fields(serialized_set: bytes, message: str) -> set[str]:
+    """The fields of `message` that are single strings (not enums): what a decimal column may
+    take as its text."""
+    from google.protobuf import descriptor_pb2
+
+    for file in descriptor_pb2.FileDescriptorSet.FromString(serialized_set).file:
+        for m in file.message_type:
+            if ".".join(p for p in (file.package, m.name) if p) == message:
+                return {f.name for f in m.field if f.type == f.TYPE_STRING and f.label != f.LABEL_REPEATED}
+    return set()
 
 
 def subject_path(subject: str, version: int) -> str:

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 from exactly_once.errors import ConfigError
 from exactly_once.formats._protobuf_schemas import (SERIALIZED, descriptor_set, first_message, message_columns,
-                                                    subject_path)
+                                                    subject_path, text_fields)
 from exactly_once.formats._registry import (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, RegistryUnavailable,
                                             UnknownSchemaIds, asked, schema_ids, unknown_id, unknown_ids_failure,
                                             writer_schema)
 from exactly_once.problems import Problem
 from exactly_once.spark_types import parse as parse_spark_type
 
-FUNCTION = "exactly_once_from_protobuf"
-EXTENSIONS = "exactly_once.protobuf.ProtobufExtensions"  # spark.sql.extensions
+FUNCTION = "exactly_once_from_protobuf"  # registered by spark.sql.extensions=exactly_once.protobuf.ProtobufExtensions
 # (registry, id) -> (serialized FileDescriptorSet, why not); an unknown id is not kept (as Avro's).
 _WRITERS: dict[tuple[str, int], tuple[bytes | None, str | None]] = {}
+# (registry, subject, version) -> (serialized FileDescriptorSet, its first message): versions never change.
+_READERS: dict[tuple[str, str, int], tuple[bytes, str]] = {}
 
 
 class Protobuf:
@@ -83,26 +84,33 @@ def reader_schema(encoded) -> tuple[bytes, str]:
     where = f"source.{encoded.column}_reader_schema"
     if isinstance(reader, str) or reader is None:
         raise ConfigError(f"{where}: protobuf reads into a message of the schema registry: give {{subject, version}}")
-    what = f"{encoded.column} reader schema {reader.subject!r} version {reader.version}"
-    found = asked(encoded, subject_path(reader.subject, reader.version), what, (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND),
-                  whole=True)
-    if found is None:
-        raise ConfigError(f"the schema registry ({encoded.registry.connection!r}) has no subject {reader.subject!r} "
-                          f"version {reader.version} ({where})")
-    if found.get("schemaType", "AVRO") != "PROTOBUF":
-        raise ConfigError(f"{where}: subject {reader.subject!r} version {reader.version} is a "
-                          f"{found.get('schemaType', 'AVRO')} schema, not Protobuf")
+    key = (encoded.registry.url, reader.subject, reader.version)
+    if key not in _READERS:
+        what = f"{encoded.column} reader schema {reader.subject!r} version {reader.version}"
+        found = asked(encoded, subject_path(reader.subject, reader.version), what,
+                      (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND), whole=True)
+        if found is None:
+            raise ConfigError(f"the schema registry ({encoded.registry.connection!r}) has no subject "
+                              f"{reader.subject!r} version {reader.version} ({where})")
+        if found.get("schemaType", "AVRO") != "PROTOBUF":
+            raise ConfigError(f"{where}: subject {reader.subject!r} version {reader.version} is a "
+                              f"{found.get('schemaType', 'AVRO')} schema, not Protobuf")
+        try:
+            serialized = descriptor_set(found, lambda subject, version: _referenced(encoded, subject, version))
+            _READERS[key] = (serialized, first_message(serialized))
+        except ValueError as unreadable:
+            raise ConfigError(f"{where}: {unreadable}") from None
+    serialized, message = _READERS[key]
     try:
-        serialized = descriptor_set(found, lambda subject, version: _referenced(encoded, subject, version))
-        message = first_message(serialized)
         fields = message_columns(serialized, message)
     except ValueError as unreadable:
         raise ConfigError(f"{where}: {unreadable}") from None
+    texts = text_fields(serialized, message)
     wrong = []
     for column, wanted in encoded.schema.items():
         if column not in fields:
             wrong.append(f"{column}: not a field of message {message} (its fields: {', '.join(fields)})")
-        elif not _gives(fields[column], str(parse_spark_type(wanted))):
+        elif not _gives(fields[column], str(parse_spark_type(wanted)), column in texts):
             wrong.append(f"{column}: message {message} makes it {fields[column]}, the configuration says {wanted}")
     if wrong:
         raise ConfigError(f"{where} does not give source.{encoded.column}_schema's columns: {'; '.join(wrong)}")
@@ -113,11 +121,11 @@ def reader_schema(encoded) -> tuple[bytes, str]:
 _WIDENED = {"int": ("bigint",), "float": ("double",)}
 
 
-def _gives(field_type: str, column_type: str) -> bool:
-    """Whether the decoder gives a field of that type the column's: its own, a wider one, or a
-    decimal from a string (its text, exactly at the column's scale, or a dead letter)."""
+def _gives(field_type: str, column_type: str, text: bool) -> bool:
+    """Whether the decoder gives a field of that type the column's: its own, a wider one, or,
+    for a string field (`text`), a decimal (its text, exactly at the column's scale, or a dead letter)."""
     return (str(parse_spark_type(field_type)) == column_type or column_type in _WIDENED.get(field_type, ())
-            or (field_type == "string" and column_type.startswith("decimal(")))
+            or (text and column_type.startswith("decimal(")))
 
 
 def writer_schemas(encoded, schema_id: int) -> tuple[bytes | None, str | None]:

@@ -42,6 +42,7 @@ final class FromProtobuf extends AbstractFunction1<Seq<Expression>, Expression> 
         byte[] reader = (byte[]) given.get(2).eval(null);
         String message = given.get(3).eval(null).toString();
         StructType columns = StructType.fromDDL(given.get(4).eval(null).toString());
+        Schema.of(reader).find(message);  // a reader that does not build fails the query, not each record
         ProtobufDecoder decoder = new ProtobufDecoder(byId, reader, message, columns);
         StructType result = new StructType().add("fields", columns).add("error", DataTypes.StringType);
         return new ScalaUDF(decoder, result, CollectionConverters.asScala(List.of(given.get(0))).toList(),

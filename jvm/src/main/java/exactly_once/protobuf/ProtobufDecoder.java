@@ -100,6 +100,9 @@ final class ProtobufDecoder extends AbstractFunction1<Object, Object> implements
             return RowFactory.create(Rows.of(decoded, columns, ""), null);
         } catch (Rows.Mismatch mismatch) {
             return failed(mismatch.getMessage());
+        } catch (RuntimeException unforeseen) {  // this record's, whatever it is: its dead letter says so
+            return failed("payload as " + message + " (schema id " + id + ") does not become the columns: "
+                + unforeseen);
         }
     }
 

@@ -36,11 +36,14 @@ import org.apache.spark.sql.types.TimestampType;
  * name, a message as a struct, repeated fields as arrays, maps as maps; google.protobuf.Timestamp
  * as a timestamp and the wrappers as their value. A field with presence (optional, a message, a
  * oneof's member) that is not set is null; a proto3 field without presence reads its default. A
- * column the writer's message lacks is null. A field whose type does not give its column's is a
- * {@link Mismatch} naming it.
+ * column the message does not have is null (the reader's message is checked to have them all). A field whose type does not give its column's is a
+ * {@link Mismatch} naming it, as is a Timestamp outside years 1 to 9999 or a decimal's text that
+ * does not fit its column exactly.
  */
 final class Rows {
     private static final String TIMESTAMP = "google.protobuf.Timestamp";
+    private static final long MIN_SECONDS = -62_135_596_800L; // 0001-01-01T00:00:00Z
+    private static final long MAX_SECONDS = 253_402_300_799L; // 9999-12-31T23:59:59Z
     private static final Set<String> WRAPPERS = Set.of("google.protobuf.DoubleValue", "google.protobuf.FloatValue",
         "google.protobuf.Int64Value", "google.protobuf.UInt64Value", "google.protobuf.Int32Value",
         "google.protobuf.UInt32Value", "google.protobuf.BoolValue", "google.protobuf.StringValue",
@@ -154,9 +157,14 @@ final class Rows {
     private static Object message(Message message, DataType type, String path) {
         String name = message.getDescriptorForType().getFullName();
         if (name.equals(TIMESTAMP) && type instanceof TimestampType) {
-            FieldDescriptor seconds = message.getDescriptorForType().findFieldByName("seconds");
-            FieldDescriptor nanos = message.getDescriptorForType().findFieldByName("nanos");
-            return Instant.ofEpochSecond((Long) message.getField(seconds), (Integer) message.getField(nanos));
+            long seconds = (Long) message.getField(message.getDescriptorForType().findFieldByName("seconds"));
+            int nanos = (Integer) message.getField(message.getDescriptorForType().findFieldByName("nanos"));
+            // Protobuf's own range (years 1 to 9999), which Spark's microseconds hold
+            if (seconds < MIN_SECONDS || seconds > MAX_SECONDS || nanos < 0 || nanos > 999_999_999) {
+                throw new Mismatch("field " + path + ": Timestamp " + seconds + " s " + nanos
+                    + " ns is outside years 1 to 9999");
+            }
+            return Instant.ofEpochSecond(seconds, nanos);
         }
         if (WRAPPERS.contains(name) && !(type instanceof StructType)) {
             FieldDescriptor value = message.getDescriptorForType().findFieldByName("value");
@@ -168,12 +176,18 @@ final class Rows {
         throw mismatch(path, "message " + name, type);
     }
 
-    /** A decimal's text (Protobuf has no decimal type: a string carries one) at the column's scale, exactly. */
+    /**
+     * A decimal's text (Protobuf has no decimal type: a string carries one) at the column's scale,
+     * exactly. Its digits are compared with the column's before it is scaled: "1E+600000000" is
+     * refused at once, not expanded.
+     */
     private static BigDecimal decimal(String text, DecimalType type, String path) {
         try {
-            BigDecimal exact = new BigDecimal(text.strip()).setScale(type.scale());
-            if (exact.precision() <= type.precision()) {
-                return exact;
+            BigDecimal parsed = new BigDecimal(text.strip());
+            boolean fits = parsed.signum() == 0 || (parsed.precision() - parsed.scale() <= type.precision() - type.scale()
+                && parsed.stripTrailingZeros().scale() <= type.scale());
+            if (fits) {
+                return parsed.setScale(type.scale());
             }
         } catch (NumberFormatException | ArithmeticException notExactly) {
             // said below
