@@ -11,12 +11,17 @@ import os
 import subprocess
 from datetime import datetime, timezone
 
+import pytest
+
 from exactly_once_stack.settings import ROOT, process_environment
 from tests.operate.test_preflight import DAG_FILE
 from tests.spark.avro_orders import AvroOrders
 from tests.spark.test_avro import produce_three_writers_and_hostile_records
 
 
+# A variant (./dev test -m variant): tests/spark/test_avro.py runs the same records through the run path
+# in CI, and tests/dags/test_orders_exactly_once.py the DAG through `airflow dags test`.
+@pytest.mark.variant
 def test_an_avro_pipeline_through_dags_test_equals_what_its_records_say(ledger_db, kafka_servers, topic, tmp_path):
     orders = AvroOrders(ledger_db, kafka_servers, topic)  # tombstones: delete
     produce_three_writers_and_hostile_records(orders, tombstone_reason=None)

@@ -54,7 +54,7 @@ def produce_three_writers_and_hostile_records(orders: AvroOrders,
     assert len(set(ids.values())) == 3
 
 
-@pytest.mark.variant  # tests/dags/test_avro_pipeline.py runs the same records through `airflow dags test`
+# In CI; tests/dags/test_avro_pipeline.py (a variant) runs the same records through `airflow dags test`.
 def test_three_writer_schemas_in_one_checkpoint_read_into_the_reader_schema_and_hostile_records_named(spark,
                                                                                                       orders):
     produce_three_writers_and_hostile_records(orders)

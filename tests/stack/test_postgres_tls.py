@@ -55,7 +55,8 @@ def test_the_server_takes_tls_only_over_tcp_and_only_for_the_pipelines_and_airfl
                                   # the upgrade test's ledger (tests/upgrade/test_upgrade.py)
                                   ("hostssl", ["pipeline_upgrade"], ["pipeline", "pipeline_job", "pipeline_read"],
                                    LOOPBACK, "scram-sha-256"),
-                                  ("hostssl", ["airflow"], ["airflow"], LOOPBACK, "scram-sha-256")]
+                                  ("hostssl", ["airflow"], ["airflow"], LOOPBACK, "scram-sha-256"),
+                                  ("hostssl", ["source"], ["source", "cdc_capture"], LOOPBACK, "scram-sha-256")]
         # On the server's command line: above postgresql.conf and an older checkout's postgresql.auto.conf.
         cur.execute("SELECT name, setting, source FROM pg_settings WHERE name IN ('ssl', 'ssl_cert_file') "
                     "ORDER BY name")
