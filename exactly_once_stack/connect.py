@@ -64,6 +64,10 @@ def connector_config(name: str, *, tables: str, publication: str, slot: str, top
         "plugin.name": "pgoutput", "publication.name": publication, "publication.autocreate.mode": "disabled",
         "slot.name": slot, "table.include.list": tables, "snapshot.mode": "initial", "topic.prefix": topic_prefix,
         "topic.creation.default.partitions": "3", "topic.creation.default.replication.factor": "1",
+        # Debezium skips truncates by default (skipped.operations=t): a replica would then keep
+        # rows its source no longer has, silently. Sent, a truncate is a dead letter, or applied
+        # under on_truncate: truncate.
+        "skipped.operations": "none",
     }
 
 

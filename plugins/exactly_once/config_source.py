@@ -75,6 +75,12 @@ class Source(Frozen):
                           "API the pipeline's record formats use: its extra holds the API's 'url' and TLS settings in "
                           "the Kafka connection's names, its login and password are basic auth. The first task and "
                           "`check` ask it for its subjects: a refused login or certificate stops the run.")
+    wire_format: Literal["confluent", "apicurio", "apicurio_8_byte_ids"] = Field(
+        "confluent", description="How protobuf values and keys are framed: confluent (magic byte 0, a 4-byte "
+                                 "schema id, the message indexes); apicurio (Apicurio Registry 3's serializer: "
+                                 "magic byte 0, a 4-byte content id, its Ref naming the message); or "
+                                 "apicurio_8_byte_ids (8-byte global ids, Apicurio 2's, which its Confluent API "
+                                 "takes in legacy id mode). docs/guide/formats.md.")
     value_schema: dict[Column, str] = Field(
         min_length=1, description="Fields of the value: column name -> Spark SQL type, exactly one type each: "
                                   "boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), date, "
@@ -106,6 +112,12 @@ class Source(Frozen):
                                    "letter); or delete: it deletes its key's row from each upsert sink ordered by "
                                    "offset (keyed by key fields), ordered like the key's other records, and "
                                    "makes no row in other sinks. Unset under envelope debezium, which skips them.")
+    on_truncate: Literal["dead_letter", "truncate"] = Field(
+        "dead_letter", description="Under envelope debezium, a truncate event (op t): a dead letter; or truncate: "
+                                   "it empties each upsert sink of the rows older than it in source order (a row "
+                                   "of a later change stays, whatever partition or checkpoint brings either), and "
+                                   "makes no row in append, aggregate and kafka sinks; one topic only "
+                                   "(docs/guide/change-feeds.md).")
 
     @field_validator("value_format")
     @classmethod
@@ -149,6 +161,11 @@ class Source(Frozen):
             raise ValueError(f"key_schema and value_schema both have {shared}: a column is one or the other")
         if self.envelope == "debezium":
             self._change_events_fit()
+        elif self.on_truncate != "dead_letter":
+            raise ValueError("on_truncate applies to a change feed's truncate events: it needs envelope 'debezium'")
+        if self.wire_format != "confluent" and "protobuf" not in (self.value_format, self.key_format):
+            raise ValueError(f"wire_format {self.wire_format!r} frames protobuf values and keys: neither "
+                             "value_format nor key_format is protobuf")
         if self.tombstones == "delete" and self.key_format == NO_KEY:
             raise ValueError("tombstones 'delete' needs the key decoded (key_format): a delete deletes a key's row")
         return self
@@ -169,6 +186,9 @@ class Source(Frozen):
         if self.tombstones != "dead_letter":  # its default, which a configuration read back holds too
             raise ValueError("envelope 'debezium': a delete event deletes, and the tombstone after it changes "
                              "nothing (it is skipped); leave tombstones unset")
+        if self.on_truncate == "truncate" and len(self.topics) > 1:
+            raise ValueError(f"on_truncate 'truncate' empties the upsert sinks of one source table, whose topic is "
+                             f"the pipeline's only one: it reads {len(self.topics)} (a pipeline per table)")
         taken = sorted(set(self.value_schema) & set(CHANGE_EVENT_COLUMNS))
         if taken:
             raise ValueError(f"envelope 'debezium' adds the columns {list(CHANGE_EVENT_COLUMNS)}: value_schema may "
@@ -179,6 +199,11 @@ class Source(Frozen):
         """Whether the records delete rows of upsert sinks: tombstones under `tombstones: delete`,
         a change feed's delete events."""
         return self.tombstones == "delete" or self.envelope == "debezium"
+
+    @property
+    def truncates(self) -> bool:
+        """Whether a change feed's truncate events empty upsert sinks (`on_truncate: truncate`)."""
+        return self.envelope == "debezium" and self.on_truncate == "truncate"
 
     def _encoding_fits(self, part: str) -> None:
         name, schema, reader = (getattr(self, f"{part}_{a}") for a in ("format", "schema", "reader_schema"))
@@ -217,4 +242,5 @@ class Source(Frozen):
 
         if part == "value" and self.envelope == "debezium":  # a registry format's: the envelope's reader
             return Encoded(part, event_schema(self.value_schema), avro_reader(self.value_schema), registry)
-        return Encoded(part, getattr(self, f"{part}_schema"), getattr(self, f"{part}_reader_schema"), registry)
+        return Encoded(part, getattr(self, f"{part}_schema"), getattr(self, f"{part}_reader_schema"), registry,
+                       wire_format=self.wire_format)

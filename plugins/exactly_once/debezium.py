@@ -25,7 +25,9 @@ tombstone, exactly_once.sinks.upsert), so a key's newest change wins, and a dele
 newest leaves no row; the Kafka tombstone Debezium writes after a delete changes nothing.
 Append and aggregate sinks take every applied event as a row. An event that is not one (no op,
 an op outside c, r, u, d, an image missing, no position) is a dead letter saying why; so is a
-truncate, which no sink applies.
+truncate, unless `source.on_truncate` is truncate: then its row (no image: its columns null)
+empties each upsert sink of every row older than it (a tombstone of no key, sinks/upsert.py),
+and append and aggregate sinks take no row of it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 OP, POSITION = "debezium_op", "debezium_position"
 COLUMNS = (OP, POSITION)
 POSITION_TYPE = "decimal(38,0)"
-DELETE = "d"
+DELETE, TRUNCATE = "d", "t"
 EVENT_BYTES = 4096  # an event of a narrow table, both images, with the JSON converter's schema part (~3 KB)
 UPSERTED = ("c", "r", "u")  # an image to take: a create, a snapshot's read, an update
 APPLIED = (*UPSERTED, DELETE)
@@ -62,6 +64,8 @@ _POSTGRES_DIGITS = (("commit", 18), ("streamed", 1), ("lsn", 19))
 _MYSQL_DIGITS = (("file", 10), ("pos", 18), ("row", 10))
 NO_POSITION = ("the event has no source position (source.lsn and sequence's first LSN in 19 and 18 digits; "
                "source.file, pos and row in 10, 18 and 10 digits; or source.ts_ms)")
+UNAPPLIED_TRUNCATE = ("op t (a truncate of the source table) is applied to no sink: set source.on_truncate to "
+                      "truncate to empty the upsert sinks, or empty them by hand")
 _PARTS = ("op", "before", "after", "source")
 _NOT_FITTING = "_not_fitting"  # from_json's copy of an event with a field not of its type
 
@@ -140,12 +144,13 @@ def json_events(column: str, schema: Mapping[str, str]) -> EventReader:
     return EventReader(parse, _json_event, fits, why_not)
 
 
-def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str], read: EventReader
-           ) -> tuple[Column, Callable[[Column], Column], Callable[[Column], Column]]:
+def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str], read: EventReader,
+           truncates: bool = False) -> tuple[Column, Callable[[Column], Column], Callable[[Column], Column]]:
     """(event, why_not, row) of the records' `column` as `read` reads it: the event's fields; of
     the column the event is projected into, null when the event is one to apply, else why not;
     and the row it makes (value_schema's columns, debezium_op, debezium_position).
-    `delete_keys`: the columns a delete event's before image must hold (every upsert sink's keys)."""
+    `delete_keys`: the columns a delete event's before image must hold (every upsert sink's keys);
+    `truncates`: whether a truncate is applied (`source.on_truncate`), its row's columns null."""
     from pyspark.sql import functions as F
 
     parse, unwrap, fits, format_why_not = read
@@ -157,11 +162,12 @@ def decode(column: str, schema: Mapping[str, str], delete_keys: Sequence[str], r
         keyed = F.coalesce(*missing_keys, F.lit(None)).isNull()
         # Decided from the parsed fields alone: only an event that is none is looked at again, to say why.
         applicable = (fits(parsed) & position.isNotNull()
-                      & ((op.isin(*UPSERTED) & after.isNotNull()) | ((op == DELETE) & before.isNotNull() & keyed)))
+                      & ((op.isin(*UPSERTED) & after.isNotNull()) | ((op == DELETE) & before.isNotNull() & keyed)
+                         | ((op == TRUNCATE) & F.lit(truncates))))
         why = (F.when(op.isNull(), F.lit(f"{column} is no Debezium change event: it has no op"))
-               .when(op == "t", F.lit("op t (a truncate of the source table) is applied to no sink: empty them by "
-                                      "hand if the truncate must reach them"))
-               .when(~op.isin(*APPLIED), F.concat(F.lit("op "), op, F.lit(" is none of c, r, u, d")))
+               .when((op == TRUNCATE) & F.lit(not truncates), F.lit(UNAPPLIED_TRUNCATE))
+               .when(op == TRUNCATE, F.lit(NO_POSITION))
+               .when(~op.isin(*APPLIED), F.concat(F.lit("op "), op, F.lit(" is none of c, r, u, d, t")))
                .when((op != DELETE) & after.isNull(), F.concat(F.lit("op "), op, F.lit(" has no after image")))
                .when((op == DELETE) & before.isNull(), F.lit("op d has no before image"))
                .when((op == DELETE) & ~keyed,

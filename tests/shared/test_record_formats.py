@@ -130,3 +130,28 @@ def test_a_change_feed_upserts_by_the_source_position_keyed_by_the_row_image():
     by_key_field["sinks"][0].update(keys=["id", "region"])
     with pytest.raises(ConfigError, match=r"upsert sinks \['items'\] must be keyed by value_schema columns"):
         load_config(by_key_field)
+
+
+def test_truncates_are_applied_only_when_asked_and_only_from_a_change_feed():
+    assert not load_config(change_feed()).source.truncates
+    assert load_config(change_feed(on_truncate="truncate")).source.truncates
+    plain = change_feed(on_truncate="truncate", envelope="none", value_format="json")
+    with pytest.raises(ConfigError, match="on_truncate applies to a change feed's truncate events: it needs envelope "
+                                          "'debezium'"):
+        load_config(plain)
+    with pytest.raises(ConfigError, match="empties the upsert sinks of one source table, whose topic is the "
+                                          "pipeline's only one: it reads 2"):
+        load_config(change_feed(on_truncate="truncate", topics=["source.public.items", "source.public.more"]))
+
+
+def test_a_wire_format_frames_protobuf_only():
+    protobuf = {"value_format": "protobuf", "schema_registry": "registry",
+                "value_reader_schema": {"subject": "s", "version": 1}}
+    config = {"name": "p", "source": {"topics": ["t"], "value_schema": {"id": "string"}, **protobuf,
+                                      "wire_format": "apicurio"},
+              "sinks": [{"name": "s", "table": "s", "mode": "append"}]}
+    assert load_config(config).source.encoded("value").wire_format == "apicurio"
+    with pytest.raises(ConfigError, match="wire_format 'apicurio' frames protobuf values and keys: neither "
+                                          "value_format nor key_format is protobuf"):
+        load_config({**config, "source": {**config["source"], "value_format": "json", "schema_registry": None,
+                                          "value_reader_schema": None}})

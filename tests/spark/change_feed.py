@@ -14,7 +14,7 @@ import random
 import struct
 import uuid
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import psycopg2
@@ -22,7 +22,7 @@ import pytest
 
 from exactly_once import connections
 from exactly_once.config import PipelineConfig, load_config
-from exactly_once.debezium import NO_POSITION
+from exactly_once.debezium import NO_POSITION, UNAPPLIED_TRUNCATE
 from exactly_once.errors import AttemptFailed
 from exactly_once.faults import ENV as FAULTS
 from exactly_once.kafka_client import KafkaClient
@@ -128,6 +128,11 @@ class SourceTable:
         return self._committed([self._event("d", {"id": old, "name": None, "qty": None}, None, self._next()),
                                 Event(None), self._event("c", None, dict(row), self._next())])
 
+    def truncate(self) -> list[Event]:
+        """TRUNCATE of the table: Debezium's truncate event (no images; a record key of none)."""
+        self.rows.clear()
+        return self._committed([self._event("t", None, None, self._next())])
+
     def transaction(self, *changes) -> list[Event]:
         """Several changes in one source transaction (one txId, one commit)."""
         self.in_transaction = True
@@ -145,9 +150,10 @@ class SourceTable:
         change = self._event("u", None, dict(self.rows[in_flight]), written)  # the first streamed: no commit before
         return reads + self._committed([change])
 
-    def hostile(self, id: int) -> list[Event]:
+    def hostile(self, id: int, truncates: bool = False) -> list[Event]:
         """Records that are no change to apply, each with its dead letter's reason: the source
-        table does not change."""
+        table does not change. `truncates`: the pipeline applies truncates, so the hostile one
+        is a truncate without a position."""
         lsn = self._next()
 
         def raw(event: dict, why: str) -> Event:
@@ -156,11 +162,10 @@ class SourceTable:
         source = {"lsn": lsn, "txId": self.tx}
         return [
             raw({"id": id, "name": "x", "qty": 1}, "value is no Debezium change event: it has no op"),
-            raw({"op": "x", "source": source}, "op x is none of c, r, u, d"),
+            raw({"op": "x", "source": source}, "op x is none of c, r, u, d, t"),
             raw({"op": "c", "before": None, "after": None, "source": source}, "op c has no after image"),
-            raw({"op": "t", "source": source},
-                "op t (a truncate of the source table) is applied to no sink: empty them by hand if the truncate "
-                "must reach them"),
+            raw({"op": "t", "source": {"db": "source"}}, NO_POSITION) if truncates else
+            raw({"op": "t", "source": source}, UNAPPLIED_TRUNCATE),
             raw({"op": "u", "after": {"id": id, "name": "x", "qty": "many"}, "source": source},
                 "value does not fit the change event's schema: after.qty: not int"),
             raw({"schema": SCHEMA_PART, "payload": {"op": "u", "after": {"id": "eight", "name": "x", "qty": 1},
@@ -245,10 +250,8 @@ class AvroEvents:
                                  "id, then the Avro payload)"),
             Event(valid[:7], dead=f"value does not decode with its writer schema (id {schema_id}) into the reader "
                                   f"schema"),
-            Event(self.write({"op": "t", "source": source}),
-                  dead="op t (a truncate of the source table) is applied to no sink: empty them by hand if the "
-                       "truncate must reach them"),
-            Event(self.write({"op": "x", "after": row, "source": source}), dead="op x is none of c, r, u, d"),
+            Event(self.write({"op": "t", "source": source}), dead=UNAPPLIED_TRUNCATE),
+            Event(self.write({"op": "x", "after": row, "source": source}), dead="op x is none of c, r, u, d, t"),
             Event(self.write({"op": "c", "source": source}), dead="op c has no after image"),
             Event(self.write({"op": "u", "after": {**row, "name": "nul\x00here"}, "source": source}),
                   dead="sink items: column name: contains NUL (0x00)"),
@@ -259,8 +262,9 @@ class ChangeFeed:
     """The pipeline replicating `items` from `topic`, run through the product's run path; its
     events as Debezium's JSON converter writes them, or its Avro converter (`avro`)."""
 
-    def __init__(self, db_url: str, servers: str, topic: str, seed: int = 7, avro: bool = False):
-        self.db_url, self.servers, self.topic = db_url, servers, topic
+    def __init__(self, db_url: str, servers: str, topic: str, seed: int = 7, avro: bool = False,
+                 truncates: bool = False):
+        self.db_url, self.servers, self.topic, self.truncates = db_url, servers, topic, truncates
         self.source = SourceTable(seed)
         self.avro = AvroEvents(topic, seed) if avro else None
         self.registry = connections.schema_registry(REGISTRY) if avro else None
@@ -268,6 +272,7 @@ class ChangeFeed:
         self.ledger = Ledger(self.config, lambda: psycopg2.connect(db_url))
         self.sent: list[Event] = []
         self.runs = 0
+        self.mirrors_source = True  # every change sent, and applied: the replica is the source table
 
     def _config(self) -> PipelineConfig:
         name = f"p{uuid.uuid4().hex[:10]}"
@@ -277,14 +282,25 @@ class ChangeFeed:
             "name": name,
             "source": {"topics": [self.topic], "envelope": "debezium",
                        "value_schema": {"id": "int", "name": "string", "qty": "int"},
+                       **({"on_truncate": "truncate"} if self.truncates else {}),
                        **({"value_format": "avro", "schema_registry": REGISTRY} if self.avro else {})},
             "sinks": [{"name": "items", "table": f"{name}.items", "mode": "upsert", "keys": ["id"],
                        "order_by": "debezium_position"},
                       {"name": "changes", "table": f"{name}.changes", "mode": "append"}]})
 
+    def apply_truncates(self, apply: bool) -> None:
+        """The pipeline's configuration changed to apply truncates or to leave them unapplied
+        (dead letters), as a user would before a reprocessing; the model's truncates sent
+        become such dead letters, or truncates again."""
+        source = {**self.config.source.model_dump(), "on_truncate": "truncate" if apply else "dead_letter"}
+        self.config = load_config({**self.config.model_dump(), "source": source})
+        self.ledger = Ledger(self.config, lambda: psycopg2.connect(self.db_url))
+        self.sent = [replace(e, dead=None if apply else UNAPPLIED_TRUNCATE) if e.op == "t" else e for e in self.sent]
+        self.truncates = self.mirrors_source = apply
+
     def hostile(self, id: int) -> list[Event]:
         """Records that are no change to apply, in the feed's format, each with its reason."""
-        return self.avro.hostile(self.source._next()) if self.avro else self.source.hostile(id)
+        return self.avro.hostile(self.source._next()) if self.avro else self.source.hostile(id, self.truncates)
 
     def produce(self, events: list[Event]) -> None:
         """The events in one Kafka transaction, each to a partition at random; the model's
@@ -326,16 +342,22 @@ class ChangeFeed:
     def expected(self) -> dict[str, set]:
         applied = [e for e in self.sent if e.op is not None and e.dead is None]
         newest = {}
-        for e in sorted(applied, key=lambda e: (e.position, e.partition, e.offset)):
+
+        def order(e: Event) -> tuple[int, int, int]:
+            return e.position, e.partition, e.offset
+
+        for e in sorted((e for e in applied if e.op != "t"), key=order):
             newest[e.row["id"]] = e
+        # a truncate empties the replica of every change older than it, whenever either came
+        truncation = max((order(e) for e in applied if e.op == "t"), default=None)
         items = {(id, e.row["name"], e.row["qty"], Decimal(e.position), e.partition, e.offset)
-                 for id, e in newest.items() if e.op != "d"}
+                 for id, e in newest.items() if e.op != "d" and (truncation is None or order(e) > truncation)}
         # the replica is the source table: its rows, each from the newest change of its key
-        assert {(i, n, q) for i, n, q, *_ in items} == {(r["id"], r["name"], r["qty"])
-                                                         for r in self.source.rows.values()}
+        assert not self.mirrors_source or {(i, n, q) for i, n, q, *_ in items} == {
+            (r["id"], r["name"], r["qty"]) for r in self.source.rows.values()}
         return {"items": items,
                 "changes": {(e.row["id"], e.row["name"], e.row["qty"], e.op, Decimal(e.position), e.partition,
-                             e.offset) for e in applied},
+                             e.offset) for e in applied if e.op != "t"},  # an append sink takes no truncate
                 "dead_letters": {(e.partition, e.offset, e.dead) for e in self.sent if e.dead is not None}}
 
     def actual(self) -> dict[str, set]:

@@ -8,7 +8,9 @@ stack's Apicurio 3.0.9 answers confluent-kafka's ProtobufSerializer, which regis
 descriptor, with HTTP 500 "Syntax error … unexpected label"); the message classes are compiled
 from the same text by protoc, and a value is framed as that serializer frames one: the magic
 byte 0, the schema id in 4 bytes, the message indexes (a single 0: the first message), then the
-message's bytes."""
+message's bytes; or as Apicurio's own serializer does (`wire_format`: its Ref, by the layout of
+its serde's source, io.apicurio.registry.serde.protobuf, whose jar Maven Central does not serve
+here)."""
 
 from __future__ import annotations
 
@@ -55,8 +57,28 @@ def registered(subject: str, text: str) -> int:
     return registry_client().register_schema(subject, Schema(text, "PROTOBUF"))
 
 
-def framed(schema_id: int, message) -> bytes:
-    return b"\x00" + struct.pack(">I", schema_id) + b"\x00" + message.SerializeToString()
+def framed(schema_id: int, message, wire_format: str = "confluent") -> bytes:
+    """The message as a registry's serializer frames it: Confluent's (indexes [0], one 0 byte),
+    or Apicurio's (its 4- or 8-byte id, then its Ref naming the message, length-delimited)."""
+    if wire_format == "confluent":
+        return b"\x00" + struct.pack(">I", schema_id) + b"\x00" + message.SerializeToString()
+    return apicurio_framed(schema_id, message.DESCRIPTOR.name, message.SerializeToString(), wire_format)
+
+
+def apicurio_framed(schema_id: int, name: str, payload: bytes, wire_format: str = "apicurio") -> bytes:
+    """Apicurio's serializer's framing of a payload: magic byte 0, the id (8 bytes for
+    `apicurio_8_byte_ids`), then `Ref {string name = 1}` written delimited (its length first)."""
+    ref = b"\x0a" + _varint(len(name.encode())) + name.encode()
+    return (b"\x00" + struct.pack(">Q" if wire_format == "apicurio_8_byte_ids" else ">I", schema_id)
+            + _varint(len(ref)) + ref + payload)
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
 
 
 class ProtobufOrders(AvroOrders):
@@ -65,6 +87,7 @@ class ProtobufOrders(AvroOrders):
     def __init__(self, db_url: str, servers: str, topic: str, **source):
         super().__init__(db_url, servers, topic, value_format="protobuf",
                          value_reader_schema={"subject": f"{topic}-value", "version": 3}, **source)
+        self.wire_format = source.get("wire_format", "confluent")
         self.texts = {v: proto(f"message Order {{ {fields} }}") for v, fields in ORDER.items()}
         self.classes = {v: message_class(text, "Order") for v, text in self.texts.items()}
         self.ids: dict[int, int] = {}
@@ -78,4 +101,4 @@ class ProtobufOrders(AvroOrders):
     def encoded(self, version: int, order: dict) -> bytes:
         fields = self.classes[version].DESCRIPTOR.fields_by_name
         return framed(self.schema_id(version), self.classes[version](**{k: v for k, v in order.items()
-                                                                         if k in fields}))
+                                                                         if k in fields}), self.wire_format)

@@ -144,6 +144,26 @@ def test_a_key_too_large_for_a_final_tables_index_is_a_dead_letter_and_the_rest_
     assert reason.startswith("sink latest: index row size") and 'index "latest_pkey"' in reason
 
 
+def test_a_null_key_an_upsert_table_would_take_is_a_dead_letter_and_the_rest_commits(spark, ledger_db,
+                                                                                      kafka_servers, topic):
+    """An upsert sink keyed by a column that takes nulls (a unique index, not a primary key): a
+    null key names no row (ON CONFLICT never matches it), and the merge reads a tombstone of a
+    null key as a change feed's truncate; the record's write fails, saying so, and isolation
+    sets it aside."""
+    orders = Orders(ledger_db, kafka_servers, topic, transform="tests.spark.transforms:nulls_the_sku_of_keyless",
+                    extra_ddl=(
+        "ALTER TABLE {s}.latest DROP CONSTRAINT latest_pkey, ALTER sku DROP NOT NULL, ADD UNIQUE (sku); "
+        "ALTER TABLE {s}.per_sku DROP CONSTRAINT per_sku_pkey, ALTER sku DROP NOT NULL, ADD UNIQUE (sku); "
+        "ALTER TABLE {s}.orders ALTER sku DROP NOT NULL;"))
+    keyless = order("keyless")  # the transform nulls its sku
+    orders.produce(valid_orders(0, 12) + [(1, b"k", keyless)])
+    orders.run(spark)
+    orders.bad = {keyless}
+    orders.assert_exact()
+    [reason] = orders.dead_letter_reasons().values()
+    assert "sink latest: key column sku is null: an upsert sink's key names its row" in reason
+
+
 def test_a_record_larger_than_max_record_bytes_is_a_dead_letter_before_it_is_parsed(spark, ledger_db, kafka_servers,
                                                                                      topic):
     orders = Orders(ledger_db, kafka_servers, topic)

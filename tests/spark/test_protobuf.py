@@ -17,7 +17,8 @@ from exactly_once.config import load_config
 from exactly_once.spark.frames import parse
 from tests.spark.avro_orders import REGISTRY
 from tests.spark.conftest import connect_runner
-from tests.spark.protobuf_orders import PACKAGE, ProtobufOrders, framed, message_class, proto, registered
+from tests.spark.protobuf_orders import (PACKAGE, ProtobufOrders, apicurio_framed, framed, message_class, proto,
+                                        registered)
 
 NOT_FRAMED = ("value is not in the schema registry's Protobuf wire format (magic byte 0, a 4-byte schema id and the "
               "message indexes, then the Protobuf payload)")
@@ -75,6 +76,44 @@ def test_the_same_over_spark_connect_as_the_airflow_task_runs_it(connect_server,
     runner = connect_runner(orders.config, orders.servers, orders.registry, connect_server, monkeypatch)
     produce_three_versions_and_hostile_records(orders)
     assert orders.run(None, runner) is not None
+    orders.assert_exact()
+
+
+@pytest.mark.parametrize("wire_format", ["apicurio", "apicurio_8_byte_ids"])
+def test_apicurio_s_framing_reads_alike_its_ref_naming_the_message(spark, ledger_db, kafka_servers, topic,
+                                                                  wire_format):
+    """Values as Apicurio's serializer frames them (its 4-byte content id, or 8-byte ids, then
+    its Ref naming a top-level message): the three versions read as their Confluent-framed
+    twins do; a Ref naming no message of the schema, or another message than the reader's, a
+    Ref cut short and a Confluent-framed value are dead letters saying so."""
+    orders = ProtobufOrders(ledger_db, kafka_servers, topic, tombstones="dead_letter", wire_format=wire_format)
+    ids = {version: orders.schema_id(version) for version in (1, 2, 3)}
+    v1, v3 = {"id": "a1", "n": 1}, {"id": "c1", "n": 9, "note": "wide"}
+    payload = orders.classes[3](id="c2", n=7).SerializeToString()
+    other_text = proto("message Other { string id = 1; }")
+    other_id = registered(f"{orders.topic}-other", other_text)
+    id_bytes, layout = (8, "an 8-byte") if wire_format == "apicurio_8_byte_ids" else (4, "a 4-byte")
+    not_framed = (f"value is not in the schema registry's Protobuf wire format (magic byte 0, {layout} schema id and "
+                  "Apicurio's Ref, then the Protobuf payload)")
+    cut_ref = apicurio_framed(ids[3], "Order", payload, wire_format)[:1 + id_bytes + 4]
+    orders.produce([
+        ("ann", orders.encoded(1, v1), {**v1, "note": ""}, None, "web"),
+        ("bob", orders.encoded(2, {**v1, "id": "b1", "note": "second"}), {**v1, "id": "b1", "note": "second"},
+         None, None),
+        ("cid", orders.encoded(3, v3), v3, None, "shop"),
+        ("dan", apicurio_framed(ids[3], "Missing", payload, wire_format), None,
+         f"value Apicurio's Ref Missing names none of schema id {ids[3]}'s top-level messages", None),
+        ("dan", apicurio_framed(other_id, "Other", payload, wire_format), None,
+         f"value schema id {other_id}'s message Other is {PACKAGE}.Other, not the reader's {PACKAGE}.Order", None),
+        ("dan", cut_ref, None, not_framed, None),
+        *([("dan", b"\x00\x80" + apicurio_framed(ids[3], "Order", payload, wire_format)[2:], None, not_framed, None)]
+          if id_bytes == 8 else []),  # an 8-byte id beyond a bigint
+        # Confluent's framing: its indexes [0] (one 0 byte) read as a Ref of no bytes (with 8-byte ids, its
+        # payload's first bytes would be read as the id's)
+        *([("dan", framed(ids[3], orders.classes[3](id="c3", n=1)), None, not_framed, None)]
+          if wire_format == "apicurio" else []),
+    ])
+    assert orders.run(spark) is not None
     orders.assert_exact()
 
 

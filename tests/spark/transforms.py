@@ -27,6 +27,12 @@ def refuses_one_order(rows: DataFrame) -> DataFrame:
     return rows.withColumns({"id": priced("id"), "quantity": F.col("qty")})
 
 
+def nulls_the_sku_of_keyless(rows: DataFrame) -> DataFrame:
+    """The poison pipeline's transform, and the order with id 'keyless' loses its sku: a null
+    key for the upsert sink."""
+    return refuses_one_order(rows).withColumn("sku", F.when(F.col("id") != "keyless", F.col("sku")))
+
+
 def raises_in_a_column_no_sink_takes(rows: DataFrame) -> DataFrame:
     """refuses_one_order, and `audit`, which no sink table has: a Python UDF that raises on
     the order with id 'unread'."""

@@ -30,6 +30,7 @@ class Encoded:
     # its records: the first attempt of a checkpoint, as a registry follower may not have a
     # new schema yet; its retry asks again, and dead-letters them if still unknown.
     retry_unknown_ids: bool = False
+    wire_format: str = "confluent"       # how protobuf frames the payload (source.wire_format)
 
 
 class RecordFormat(Protocol):

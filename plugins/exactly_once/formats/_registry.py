@@ -14,7 +14,7 @@ import urllib.error
 from exactly_once.errors import ConfigError, PipelineError
 
 MAGIC_BYTE = "00"            # hex of the first byte
-HEADER_BYTES = 5             # the magic byte and the schema id
+ID_BYTES = 4                 # the schema id's, after the magic byte
 # The Confluent API's error codes of a 404 that means "no such thing" (any other 404 is no
 # registry API: a wrong URL, which fails the attempt rather than judge records).
 SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40402, 40403
@@ -29,14 +29,16 @@ class UnknownSchemaIds(PipelineError):
     a retry asks again before they are dead letters."""
 
 
-def schema_ids(records, column: str):
+def schema_ids(records, column: str, id_bytes: int = ID_BYTES):
     """(framed, schema_id, ids) of the records' `column`: whether each value starts with the
-    magic byte and an id, that id (null if not framed), and the distinct ids found."""
+    magic byte and an id of `id_bytes`, that id (null if not framed), and the distinct ids found."""
     from pyspark.sql import functions as F
 
     raw = F.col(column)
-    framed = (F.octet_length(raw) >= HEADER_BYTES) & (F.hex(F.substring(raw, 1, 1)) == MAGIC_BYTE)
-    schema_id = F.when(framed, F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("bigint"))
+    framed = (F.octet_length(raw) >= 1 + id_bytes) & (F.hex(F.substring(raw, 1, 1)) == MAGIC_BYTE)
+    if id_bytes == 8:  # an id that is no bigint (its top bit set) frames nothing, as the decoder reads it
+        framed = framed & (F.hex(F.substring(raw, 2, 1)) < F.lit("80"))
+    schema_id = F.when(framed, F.conv(F.hex(F.substring(raw, 2, id_bytes)), 16, 10).cast("bigint"))
     ids = sorted(row[0] for row in records.select(schema_id.alias("id")).where("id IS NOT NULL").distinct().collect())
     return framed, schema_id, ids
 

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from exactly_once.errors import ConfigError
 from exactly_once.formats._avro_types import mismatches
-from exactly_once.formats._registry import (HEADER_BYTES, SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, RegistryUnavailable,
+from exactly_once.formats._registry import (ID_BYTES, SUBJECT_NOT_FOUND, VERSION_NOT_FOUND, RegistryUnavailable,
                                             UnknownSchemaIds, asked, schema_ids, unknown_id, unknown_ids_failure)
 from exactly_once.formats._registry import writer_schema as registry_writer
 from exactly_once.problems import Problem
@@ -43,7 +43,7 @@ class Avro:
 
         reader = reader_schema(encoded)
         framed, schema_id, ids = schema_ids(records, encoded.column)
-        payload = F.expr(f"substring({encoded.column}, {HEADER_BYTES + 1})")
+        payload = F.expr(f"substring({encoded.column}, {ID_BYTES + 2})")
         writers = {i: writer_schema(encoded, i) for i in ids}
         unknown = [i for i, (_, why_not) in writers.items() if why_not == unknown_id(i)]
         if unknown and encoded.retry_unknown_ids:

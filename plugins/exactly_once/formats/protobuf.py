@@ -1,16 +1,17 @@
-"""protobuf: the column is Protobuf in the schema registry's wire format (Confluent's: a magic
-byte 0, the writer schema's 4-byte id, the message indexes, then the payload), read into the
-pipeline's columns by the message's field names.
+"""protobuf: the column is Protobuf in a schema registry's wire format (`source.wire_format`:
+Confluent's, a magic byte 0, the writer schema's 4-byte id, the message indexes, then the
+payload; or Apicurio's, its 4- or 8-byte id, then its Ref naming a top-level message), read into
+the pipeline's columns by the message's field names.
 
 The reader schema (`source.value_reader_schema`/`key_reader_schema`, {subject, version} of the
 registry) names the message: its schema's first. Decoding runs in the JVM (the function
 `exactly_once_from_protobuf` of the project's jar, registered by spark.sql.extensions): the
 driver finds the schema ids among the records, fetches each writer schema and its references
 once per process (ids are immutable) and gives them and the reader's to the function, which
-checks that each record's id and indexes name the reader's message and reads its payload as
+checks that each record's id and indexes (or Ref) name the reader's message and reads its payload as
 the reader's message (by field numbers, as Protobuf reads another version of a message: a
 field the writer lacks has its default); its fields become the columns by name. A record not framed so,
-whose id the registry does not know or is no Protobuf schema, whose indexes name another
+whose id the registry does not know or is no Protobuf schema, whose indexes or Ref name another
 message, or whose payload does not decode, has that reason; unknown ids and a registry that
 does not answer fail the attempt as with Avro (exactly_once.formats._registry).
 """
@@ -27,6 +28,9 @@ from exactly_once.problems import Problem
 from exactly_once.spark_types import parse as parse_spark_type
 
 FUNCTION = "exactly_once_from_protobuf"  # registered by spark.sql.extensions=exactly_once.protobuf.ProtobufExtensions
+# source.wire_format -> the schema id's bytes, as the function reads them (its Framing, which says
+# why a value it does not frame is not).
+ID_BYTES = {"confluent": 4, "apicurio": 4, "apicurio_8_byte_ids": 8}
 # (registry, id) -> (serialized FileDescriptorSet, why not); an unknown id is not kept (as Avro's).
 _WRITERS: dict[tuple[str, int], tuple[bytes | None, str | None]] = {}
 # (registry, subject, version) -> (serialized FileDescriptorSet, its first message): versions never change.
@@ -40,7 +44,7 @@ class Protobuf:
         from pyspark.sql import functions as F
 
         reader, message = reader_schema(encoded)
-        framed, schema_id, ids = schema_ids(records, encoded.column)
+        _, schema_id, ids = schema_ids(records, encoded.column, ID_BYTES[encoded.wire_format])
         writers = {i: writer_schemas(encoded, i) for i in ids}
         unknown = [i for i, (_, why_not) in writers.items() if why_not == unknown_id(i)]
         if unknown and encoded.retry_unknown_ids:
@@ -51,16 +55,20 @@ class Protobuf:
                                  for part in (F.lit(i).cast("bigint"), F.lit(bytearray(found))))
                                ).cast("map<bigint, binary>")
         read = F.call_function(FUNCTION, F.col(encoded.column), schemas, F.lit(bytearray(reader)), F.lit(message),
-                               F.lit(columns))
-        reason = F.when(~framed, F.lit(f"{encoded.column} is not in the schema registry's Protobuf wire format "
-                                       f"(magic byte 0, a 4-byte schema id and the message indexes, then the "
-                                       f"Protobuf payload)"))
-        for i, (_, why_not) in writers.items():
-            if why_not is not None:
-                reason = reason.when(schema_id == i, F.lit(f"{encoded.column}: {why_not}"))
-        # Decoded again only for a record that failed, to say why (a CASE branch runs when taken).
-        return read.getField("fields"), lambda fields: reason.when(
-            fields.isNull(), F.concat(F.lit(f"{encoded.column} "), read.getField("error")))
+                               F.lit(columns), F.lit(encoded.wire_format))
+        unreadable = [(schema_id == i, F.lit(f"{encoded.column}: {why_not}"))
+                      for i, (_, why_not) in writers.items() if why_not is not None]
+
+        def why_not(fields):
+            # A value not framed has no schema id: the function says why it does not read it, as it
+            # does any other; decoded again only for a record that failed (a CASE branch runs when taken).
+            cases = [*unreadable, (fields.isNull(), F.concat(F.lit(f"{encoded.column} "), read.getField("error")))]
+            reason = F.when(*cases[0])
+            for condition, value in cases[1:]:
+                reason = reason.when(condition, value)
+            return reason
+
+        return read.getField("fields"), why_not
 
     def problems(self, encoded) -> list[Problem]:
         """The reader schema's: not in the registry, or not giving the columns."""

@@ -77,7 +77,7 @@ def register(rows: LedgerRows) -> None:
         marks = ledger_marks(sink)
         _add_marks(rows, staging, marks)
         _follow(rows, staging, final, final_columns, (*STAGING_OWN, *marks), nullability=True,
-                nullable=tombstone_nulls(sink, final_columns, config.source.deletes))
+                nullable=tombstone_nulls(sink, final_columns, config.source))
         kept = sink.strategy.contribution_columns(sink, final_columns)
         if kept is not None:
             _move_from_earlier_table(rows, earlier_contributions, contributions_table(config, sink))

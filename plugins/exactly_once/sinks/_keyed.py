@@ -37,6 +37,10 @@ class Keyed:
         """What of a fold of contributions a recompute puts into the final table (`columns`)."""
         return folded
 
+    def widened(self, sink, tables: SinkTables) -> sql.Composable:
+        """A statement (with its `;`) of a recompute that adds keys to those it recomputes, or nothing."""
+        return sql.SQL("")
+
     def tombstoned(self, sink, tables: SinkTables) -> sql.Composable:
         """A statement (with its `;`) of a recompute, before it deletes the keys that no
         contribution holds any more, or nothing."""
@@ -73,7 +77,8 @@ class Keyed:
         columns = self.contribution_columns(sink, tables.columns)
         return sql.SQL(named("merge/keyed.sql")[name]).format(
             final=tables.final, contributions=tables.contributions, folded=folded, keys=names(sink.keys),
-            columns=names(columns), kept=names([*columns, *self.marks(sink)]), live=self.live(sink, folded, columns),
+            columns=names(columns), kept=names([*columns, *self.marks(sink)]),
+            live=self.live(sink, folded, columns), widened=self.widened(sink, tables),
             tombstoned=self.tombstoned(sink, tables), take_new=each("{c} = EXCLUDED.{c}", [c for c in columns
                                                                                            if c not in sink.keys]),
             same_keys=sql.SQL(" AND ").join(sql.SQL("c.{k} = f.{k}").format(k=sql.Identifier(k)) for k in sink.keys))

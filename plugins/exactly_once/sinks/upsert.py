@@ -24,6 +24,11 @@ position (exactly_once.debezium); a tombstone has none, so otherwise its staged 
 Every upsert sink's folds carry the mark, whatever its pipeline's configuration says now: a
 fold (retention) or a recompute (reprocessing) never turns a tombstone kept under an earlier
 configuration into a row.
+
+A change feed's truncate (`source.on_truncate: truncate`) is staged as a tombstone of no key
+(every key column null, its position set): it deletes every row older than it, and a row older
+than the newest truncate kept among the contributions never goes in, whatever checkpoint brings
+it; a reprocessing whose contribution held one recomputes every key.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Protocol
 
 from psycopg2 import sql
 
+from exactly_once.debezium import OP, TRUNCATE
 from exactly_once.errors import ConfigError
 from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOMBSTONE, KAFKA_TOPIC
 from exactly_once.sinks import Sink, each, names, require_columns
@@ -85,7 +91,7 @@ class Upsert(Keyed):
             else F.lit(False)
         # An aggregate, not a window: each task keeps its newest row per key before the shuffle.
         newest = F.max_by(F.struct(*columns, tombstone.alias(KAFKA_TOMBSTONE)), F.struct(*_spark_order(rows, sink)))
-        return rows.groupBy(*sink.keys).agg(newest.alias("_newest")).select("_newest.*")
+        return rows.groupBy(*_keys(rows, sink)).agg(newest.alias("_newest")).select("_newest.*")
 
     def marks(self, sink) -> list[str]:
         return [KAFKA_TOMBSTONE]
@@ -106,6 +112,8 @@ class Upsert(Keyed):
             held=sql.SQL(", ").join(_compared(sink, "f.")), new=sql.SQL(", ").join(_compared(sink, "EXCLUDED.")),
             staged=sql.SQL(", ").join(_compared(sink, "n.")), kept=sql.SQL(", ").join(_compared(sink, "c.")),
             same_keys=_same_keys(sink, "f", "n"), tombstone_of_key=_same_keys(sink, "c", "n"),
+            first_key=sql.Identifier(sink.keys[0]), truncated=sql.SQL(", ").join(_compared(sink, "t.")),
+            newest_first=sql.SQL(", ").join(c + sql.SQL(" DESC") for c in _compared(sink)),
             lock=sql.Literal("exactly_once:tombstones:" + ".".join(tables.final.strings)))
 
     def live(self, sink, folded, columns) -> sql.Composed:
@@ -114,8 +122,13 @@ class Upsert(Keyed):
     def tombstoned(self, sink, tables) -> sql.Composable:
         return sql.SQL(named("merge/upsert.sql")["tombstoned"] + ";\n").format(
             final=tables.final, contributions=tables.contributions, keys=names(sink.keys),
-            same_keys=_same_keys(sink, "c", "f"),
+            same_keys=_same_keys(sink, "c", "f"), first_key=sql.Identifier(sink.keys[0]),
+            truncated=sql.SQL(", ").join(_compared(sink, "t.")), kept=sql.SQL(", ").join(_compared(sink, "c.")),
             newest_first=sql.SQL(", ").join(c + sql.SQL(" DESC") for c in _compared(sink, "c.")))
+
+    def widened(self, sink, tables) -> sql.Composable:
+        return sql.SQL(named("merge/upsert.sql")["widened"] + ";\n").format(
+            contributions=tables.contributions, keys=names(sink.keys), first_key=sql.Identifier(sink.keys[0]))
 
 
 MODE = Upsert()
@@ -127,14 +140,17 @@ def ledger_marks(sink) -> tuple[str, ...]:
     return (KAFKA_TOMBSTONE,) if sink.strategy is MODE else ()
 
 
-def tombstone_nulls(sink, columns, deletes: bool) -> set[str]:
+def tombstone_nulls(sink, columns, source) -> set[str]:
     """Of the final table's `columns`, those a tombstone's staged row leaves null (all but its
-    key, order_by and coordinates) where the sink takes tombstones (ordered by offset, or in a
-    pipeline whose records delete: `deletes`): the sink's staging table takes nulls there, whatever the final table's NOT NULL (a tombstone never
-    reaches it; the row checks refuse a row's null before staging)."""
-    if not (by_offset(sink) or deletes):
+    key, order_by and coordinates; a truncate's, its key too) where the sink takes tombstones
+    (ordered by offset, or in a pipeline whose records delete, `source.deletes`, or truncate,
+    `source.truncates`): the sink's staging table takes nulls there, whatever the final table's
+    NOT NULL (a tombstone never reaches it; the row checks refuse a row's null before staging)."""
+    if sink.strategy is not MODE or not (by_offset(sink) or source.deletes):
         return set()
-    return set(columns) - {*sink.keys, *order(sink), *COORDINATES, KAFKA_TIMESTAMP}
+    kept = {*order(sink), *COORDINATES, KAFKA_TIMESTAMP} if source.truncates else \
+        {*sink.keys, *order(sink), *COORDINATES, KAFKA_TIMESTAMP}
+    return set(columns) - kept
 
 
 def _same_keys(sink, left: str, right: str) -> sql.Composed:
@@ -158,6 +174,22 @@ def _compared(sink, alias: str = "") -> list[sql.Composed]:
         name = sql.SQL(alias) + (sql.Identifier(column) if column == sink.order_by else sql.SQL(column))
         compared.append(name + BYTEWISE if column == KAFKA_TOPIC else name)
     return compared
+
+
+def _keys(rows, sink) -> list:
+    """The key columns, a row's null key failing its write (raise_error: record isolation sets its
+    record aside with this reason), but a change feed's truncate's, whose null key is what marks
+    it (the merge's SQL takes a tombstone of a null key for a truncate). A NOT NULL column's row
+    check refuses it before; a key column that takes nulls does not name a row."""
+    from pyspark.sql import functions as F
+
+    truncate = F.coalesce(F.col(OP) == TRUNCATE, F.lit(False)) if OP in rows.columns else F.lit(False)
+    null = F.coalesce(*(F.when(F.col(k).isNull(), F.lit(k)) for k in sink.keys))
+    refused = F.raise_error(F.concat(F.lit(f"sink {sink.name}: key column "), null,
+                                     F.lit(" is null: an upsert sink's key names its row")))
+    first, *rest = sink.keys
+    return [F.when(null.isNotNull() & ~truncate, refused).otherwise(F.col(first)).alias(first),
+            *(F.col(k) for k in rest)]
 
 
 def _spark_order(rows, sink) -> list:

@@ -84,7 +84,7 @@ def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry |
         read = debezium.json_events("value", source.value_schema) if source.value_format == "json" else \
             debezium.registry_events(*format_of(source.value_format).decode(shown, encoded("value")))
         value_fields, value_why_not, change_row = debezium.decode("value", source.value_schema, _delete_keys(config),
-                                                                  read)
+                                                                  read, source.truncates)
     else:
         value_fields, value_why_not = format_of(source.value_format).decode(shown, encoded("value"))
     decoded = {"parsed": value_fields}
@@ -172,12 +172,16 @@ def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str
     for sink in config.sinks:
         taken = set(sink.strategy.record_columns(sink, [c.name for c in columns[sink.name]]))
         checked = refusals(sink.name, [c for c in columns[sink.name] if c.name in taken], rows.schema)
-        if sink.strategy is UPSERT and config.source.envelope == "debezium":  # a delete writes its key alone
+        if sink.strategy is UPSERT and config.source.envelope == "debezium" or config.source.truncates:
+            # a delete writes its key alone; a truncate its position, and a row in no other sink
             require_columns(rows, sink, [debezium.OP])
-            deleting = _deleting()
+            deleting, truncating = _op_is(debezium.DELETE), _op_is(debezium.TRUNCATE)
             named = refusals(sink.name, [c for c in columns[sink.name] if c.name in {*sink.keys, sink.order_by}],
-                             rows.schema)
-            checked = [F.when(~deleting, check) for check in checked] + [F.when(deleting, c) for c in named]
+                             rows.schema) if sink.strategy is UPSERT else []
+            ordered = refusals(sink.name, [c for c in columns[sink.name] if c.name == sink.order_by], rows.schema)
+            whole = ~truncating & ~deleting if sink.strategy is UPSERT else ~truncating
+            checked = ([F.when(whole, check) for check in checked] + [F.when(deleting, c) for c in named]
+                       + [F.when(truncating, c) for c in ordered])
         checks += checked
     return rows.withColumn(_REFUSED, first_refusal(checks))
 
@@ -187,9 +191,9 @@ def _refused(checked: DataFrame) -> DataFrame:
     return checked.where(F.col(_REFUSED).isNotNull()).groupBy(*COORDINATES).agg(F.min(_REFUSED).alias("reason"))
 
 
-def _deleting() -> Column:
-    """Whether a change feed's transformed row is a delete's (a null op, a transform's, is none)."""
-    return F.coalesce(F.col(debezium.OP) == debezium.DELETE, F.lit(False))
+def _op_is(op: str) -> Column:
+    """Whether a change feed's transformed row is of `op` (a null op, a transform's, is none)."""
+    return F.coalesce(F.col(debezium.OP) == op, F.lit(False))
 
 
 def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig, sink) -> DataFrame:
@@ -197,16 +201,21 @@ def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig
     as rows marked so, which write no value: tombstones under `tombstones: delete`, which skip
     the transform and the row checks; a change feed's delete events, which the transform sees
     and this sink's checks refuse only for their key or position (a record another sink
-    refuses deletes nothing either)."""
+    refuses deletes nothing either). A change feed's truncate (`on_truncate: truncate`) is an
+    upsert sink's tombstone of no key, its position kept, and no other sink's row."""
+    if config.source.truncates and sink.strategy is not UPSERT:
+        return accepted.where(~_op_is(debezium.TRUNCATE))
     if not config.source.deletes or sink.strategy is not UPSERT:
         return accepted
     if config.source.envelope != "debezium":
         return accepted.withColumn(KAFKA_TOMBSTONE, F.lit(False)).unionByName(tombstone_rows(parsed),
                                                                              allowMissingColumns=True)
-    deleting = _deleting()
+    deleting, truncating = _op_is(debezium.DELETE), _op_is(debezium.TRUNCATE)
     kept = [c for c in (*COORDINATES, KAFKA_TIMESTAMP) if c in accepted.columns]
-    deletes = accepted.where(deleting).select(*sink.keys, debezium.POSITION, *kept, F.lit(True).alias(KAFKA_TOMBSTONE))
-    return (accepted.where(~deleting).withColumn(KAFKA_TOMBSTONE, F.lit(False))
+    keys = [F.when(~truncating, F.col(k)).alias(k) for k in sink.keys]
+    deletes = (accepted.where(deleting | truncating)
+               .select(*keys, debezium.OP, debezium.POSITION, *kept, F.lit(True).alias(KAFKA_TOMBSTONE)))
+    return (accepted.where(~deleting & ~truncating).withColumn(KAFKA_TOMBSTONE, F.lit(False))
             .unionByName(deletes, allowMissingColumns=True))
 
 

@@ -23,7 +23,7 @@ DELETE FROM {contributions} WHERE checkpoint_id = %(slot)s
 -- keys whose newest is a tombstone are deleted, sql/merge/upsert.sql); a key none holds any
 -- more goes.
 INSERT INTO pg_temp.affected_keys SELECT {keys} FROM {contributions} WHERE checkpoint_id = %(slot)s;
-INSERT INTO {final} AS f ({columns})
+{widened}INSERT INTO {final} AS f ({columns})
 {live}
 ON CONFLICT ({keys}) DO UPDATE SET {take_new};
 {tombstoned}DELETE FROM {final} f

@@ -50,24 +50,48 @@ WHERE NOT EXISTS (SELECT FROM pg_temp.newest_staged WHERE kafka_tombstone);
 DELETE FROM {final} f
 USING pg_temp.newest_staged n
 WHERE n.kafka_tombstone AND {same_keys} AND ({held}) < ({staged});
+-- A change feed's truncate (source.on_truncate truncate) is a tombstone of no key: the newest
+-- of those committed and this checkpoint's is the truncation. This checkpoint's deletes every
+-- row older than it (those of a checkpoint committed before went when it committed).
+DROP TABLE IF EXISTS pg_temp.truncation;
+CREATE TEMP TABLE truncation ON COMMIT DROP AS
+SELECT * FROM (SELECT {columns} FROM {contributions} WHERE {first_key} IS NULL AND kafka_tombstone
+               UNION ALL
+               SELECT {columns} FROM pg_temp.newest_staged WHERE {first_key} IS NULL AND kafka_tombstone) AS t
+ORDER BY {newest_first} LIMIT 1;
+DELETE FROM {final} f
+USING pg_temp.truncation t
+WHERE EXISTS (SELECT FROM pg_temp.newest_staged WHERE {first_key} IS NULL AND kafka_tombstone)
+  AND ({held}) < ({truncated});
 -- A row goes in as without tombstones, unless a checkpoint committed before holds a newer
--- tombstone of its key: then the key stays deleted.
+-- tombstone of its key, or the truncation is newer: then the key stays deleted.
 INSERT INTO {final} AS f ({columns})
 SELECT {columns} FROM pg_temp.newest_staged n
 WHERE NOT n.kafka_tombstone
   AND NOT EXISTS (SELECT FROM {contributions} c
                   WHERE {tombstone_of_key} AND c.kafka_tombstone AND ({kept}) > ({staged}))
+  AND NOT EXISTS (SELECT FROM pg_temp.truncation t WHERE ({truncated}) > ({staged}))
 ON CONFLICT ({keys}) DO UPDATE SET {take_new}
 WHERE ({held}) < ({new})
 
 -- name: live
 -- A reprocessing's recompute (keyed.sql): the newest contributions that are rows; a key whose
--- newest is a tombstone gets none, and `tombstoned` deletes it.
+-- newest is a tombstone gets none, and `tombstoned` deletes it, as it deletes one older than a
+-- truncate.
 SELECT {columns} FROM ({newest}) AS n WHERE NOT n.kafka_tombstone
 
 -- name: tombstoned
 -- Of a reprocessing's recompute (keyed.sql), before its last DELETE: the keys it touched
--- whose newest contribution is a tombstone have no row.
+-- whose newest contribution is a tombstone, or older than a truncate, have no row.
 DELETE FROM {final} f
 WHERE ({keys}) IN (SELECT {keys} FROM pg_temp.affected_keys)
-  AND (SELECT c.kafka_tombstone FROM {contributions} c WHERE {same_keys} ORDER BY {newest_first} LIMIT 1)
+  AND (SELECT c.kafka_tombstone
+              OR EXISTS (SELECT FROM {contributions} t
+                         WHERE t.{first_key} IS NULL AND t.kafka_tombstone AND ({truncated}) > ({kept}))
+       FROM {contributions} c WHERE {same_keys} ORDER BY {newest_first} LIMIT 1)
+
+-- name: widened
+-- Of a reprocessing's recompute (keyed.sql): when the contribution taken back or the new one
+-- holds a truncate (a key of nulls), it touched every key, so every key is recomputed.
+INSERT INTO pg_temp.affected_keys SELECT DISTINCT {keys} FROM {contributions}
+WHERE EXISTS (SELECT FROM pg_temp.affected_keys WHERE {first_key} IS NULL)

@@ -15,23 +15,26 @@ import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.AbstractFunction1;
 
 /**
- * The function's builder: its last three arguments are constants (Spark folds them once, when the
- * query is analysed), so each task gets a decoder made of them and only the value is an input.
+ * The function's builder: its arguments after the value are constants (Spark folds them once, when
+ * the query is analysed), so each task gets a decoder made of them and only the value is an input.
+ * The sixth, the wire format ({@link Framing}), may be left out: Confluent's.
  */
 final class FromProtobuf extends AbstractFunction1<Seq<Expression>, Expression> {
     @Override
     public Expression apply(Seq<Expression> arguments) {
         List<Expression> given = CollectionConverters.asJava(arguments);
-        if (given.size() != 5) {
+        if (given.size() != 5 && given.size() != 6) {
             throw new IllegalArgumentException(ProtobufExtensions.NAME
-                + " takes 5 arguments (value, schemas, reader, message, columns), got " + given.size());
+                + " takes 5 or 6 arguments (value, schemas, reader, message, columns[, wire format]), got "
+                + given.size());
         }
-        for (Expression constant : given.subList(1, 5)) {
+        for (Expression constant : given.subList(1, given.size())) {
             if (!constant.foldable()) {
                 throw new IllegalArgumentException(ProtobufExtensions.NAME
-                    + ": schemas, reader, message and columns must be constants, got " + constant.sql());
+                    + ": schemas, reader, message, columns and wire format must be constants, got " + constant.sql());
             }
         }
+        Framing framing = Framing.named(given.size() == 6 ? given.get(5).eval(null).toString() : "confluent");
         MapData schemas = (MapData) given.get(1).eval(null);
         Map<Long, byte[]> byId = new LinkedHashMap<>();
         ArrayData ids = schemas.keyArray();
@@ -43,7 +46,7 @@ final class FromProtobuf extends AbstractFunction1<Seq<Expression>, Expression> 
         String message = given.get(3).eval(null).toString();
         StructType columns = StructType.fromDDL(given.get(4).eval(null).toString());
         Schema.of(reader).find(message);  // a reader that does not build fails the query, not each record
-        ProtobufDecoder decoder = new ProtobufDecoder(byId, reader, message, columns);
+        ProtobufDecoder decoder = new ProtobufDecoder(byId, reader, message, columns, framing);
         StructType result = new StructType().add("fields", columns).add("error", DataTypes.StringType);
         return new ScalaUDF(decoder, result, CollectionConverters.asScala(List.of(given.get(0))).toList(),
             CollectionConverters.asScala(List.<Option<org.apache.spark.sql.catalyst.encoders.ExpressionEncoder<?>>>of())

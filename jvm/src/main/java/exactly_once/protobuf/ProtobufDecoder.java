@@ -6,9 +6,7 @@ import com.google.protobuf.DynamicMessage;
 import com.google.protobuf.InvalidProtocolBufferException;
 import java.io.IOException;
 import java.io.Serializable;
-import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
@@ -16,10 +14,9 @@ import org.apache.spark.sql.types.StructType;
 import scala.runtime.AbstractFunction1;
 
 /**
- * Decodes one value in the schema registry's Protobuf wire format (Confluent's: a magic byte 0, the
- * writer schema's 4-byte id, the message indexes as zigzag varints — a count, then the path, or a
- * single 0 for the first message — then the payload) into a row of {@code (fields, error)}: the
- * columns, or why the value cannot be read. The message the writer's schema and indexes name must
+ * Decodes one value in a schema registry's Protobuf wire format ({@link Framing}: Confluent's or
+ * Apicurio's) into a row of {@code (fields, error)}: the columns, or why the value cannot be read.
+ * The message the writer's schema and the framing name must
  * be the reader's (by full name); the payload is then read as the reader's message, as Protobuf
  * reads another version of its message (by field numbers: a field the writer lacks has the
  * reader's default, one the reader lacks is skipped), and its fields become the columns by name
@@ -27,21 +24,20 @@ import scala.runtime.AbstractFunction1;
  */
 final class ProtobufDecoder extends AbstractFunction1<Object, Object> implements Serializable {
     private static final long serialVersionUID = 1L;
-    static final String NOT_FRAMED = "is not in the schema registry's Protobuf wire format (magic byte 0, a 4-byte "
-        + "schema id and the message indexes, then the Protobuf payload)";
-
     private final Map<Long, byte[]> schemas;
     private final byte[] reader;
     private final String message;
     private final StructType columns;
+    private final Framing framing;
     private transient Map<Long, Schema> built;
     private transient Descriptor read;
 
-    ProtobufDecoder(Map<Long, byte[]> schemas, byte[] reader, String message, StructType columns) {
+    ProtobufDecoder(Map<Long, byte[]> schemas, byte[] reader, String message, StructType columns, Framing framing) {
         this.schemas = new HashMap<>(schemas);
         this.reader = reader;
         this.message = message;
         this.columns = columns;
+        this.framing = framing;
     }
 
     @Override
@@ -50,25 +46,21 @@ final class ProtobufDecoder extends AbstractFunction1<Object, Object> implements
             return null;
         }
         byte[] bytes = (byte[]) value;
-        if (bytes.length < 6 || bytes[0] != 0) {
-            return failed(NOT_FRAMED);
+        int idBytes = framing.idBytes();
+        if (bytes.length < 2 + idBytes || bytes[0] != 0) {
+            return failed(framing.notFramed());
         }
-        long id = ((bytes[1] & 0xFFL) << 24) | ((bytes[2] & 0xFFL) << 16) | ((bytes[3] & 0xFFL) << 8) | (bytes[4] & 0xFFL);
-        CodedInputStream in = CodedInputStream.newInstance(bytes, 5, bytes.length - 5);
-        List<Integer> path = new ArrayList<>();
-        try {
-            int count = in.readSInt32();
-            if (count < 0 || count > 64) {
-                return failed(NOT_FRAMED);
-            }
-            if (count == 0) {
-                path.add(0);
-            }
-            for (int i = 0; i < count; i++) {
-                path.add(in.readSInt32());
-            }
-        } catch (IOException unreadable) {
-            return failed(NOT_FRAMED);
+        long id = 0;
+        for (int i = 1; i <= idBytes; i++) {
+            id = (id << 8) | (bytes[i] & 0xFFL);
+        }
+        if (id < 0) {  // an 8-byte id beyond a bigint: the driver found no schema by it either
+            return failed(framing.notFramed());
+        }
+        CodedInputStream in = CodedInputStream.newInstance(bytes, 1 + idBytes, bytes.length - 1 - idBytes);
+        Framing.Named named = framing.messageOf(in);
+        if (named == null) {
+            return failed(framing.notFramed());
         }
         Schema schema;
         try {
@@ -79,13 +71,13 @@ final class ProtobufDecoder extends AbstractFunction1<Object, Object> implements
         if (schema == null) {
             return failed("schema id " + id + " has no Protobuf schema to read it with");
         }
-        Descriptor writer = schema.message(path);
+        Descriptor writer = named.in(schema);
         if (writer == null) {
-            return failed("message indexes " + path + " name none of schema id " + id + "'s messages");
+            return failed(named.namesNone(id));
         }
         if (!writer.getFullName().equals(message)) {
-            return failed("schema id " + id + "'s message " + path + " is " + writer.getFullName() + ", not the reader's "
-                + message);
+            return failed("schema id " + id + "'s message " + named.shown() + " is " + writer.getFullName()
+                + ", not the reader's " + message);
         }
         DynamicMessage decoded;
         try {

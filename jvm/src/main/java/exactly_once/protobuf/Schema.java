@@ -78,6 +78,11 @@ final class Schema {
         return found;
     }
 
+    /** The top-level message of that simple name (Apicurio's Ref), or null. */
+    Descriptor topLevel(String name) {
+        return name.contains(".") ? null : file.findMessageTypeByName(name);
+    }
+
     /** The message the indexes name (a top-level message, then nested ones), or null. */
     Descriptor message(List<Integer> path) {
         List<Descriptor> candidates = file.getMessageTypes();
