@@ -56,9 +56,10 @@ def test_backfills_forwards_and_backwards_split_the_intervals_and_clearing_or_re
         assert api.call("GET", f"/dags/{api.dag_id}")["is_paused"], "a window DAG must wait paused for its backfill"
     for i in range(2 * RUNS):  # one batch inside each interval of both windows
         wait_until(start + i * INTERVAL + timedelta(seconds=1))
-        if i == RUNS:  # the forwards window's intervals are over: backfill them while the next ones fill
-            forwards_backfill = backfill(forwards, start, last)
         produce(kafka_servers, 150, seed=i)
+        if i == RUNS:  # the forwards window's intervals are over: backfill them while the next ones fill
+            # (after this interval's batch: the API's answer may take seconds on a busy machine)
+            forwards_backfill = backfill(forwards, start, last)
     wait_until(later_last + INTERVAL + timedelta(seconds=1))
     backwards_backfill = backfill(backwards, later_start, later_last, run_backwards=True)
     runs = forwards.finished_runs(forwards_backfill, start, last)

@@ -66,17 +66,19 @@ def wheel() -> Path:
 
 def installed(wheel: Path, folder: Path, version: str) -> Path:
     """A fresh virtual environment in `folder` with the wheel installed; its bin/ folder.
-    uv's cache is the folder's own and removed after: pyspark is a source distribution, and
-    each build kept in the machine's cache (~2 GB a run) would fill the disk of a machine that
-    runs the suite often."""
+    Compiled to bytecode, as pip's install compiles it (uv's does not by default). uv's cache
+    is the folder's own and removed after: pyspark is a source distribution, and each build
+    kept in the machine's cache (~2 GB a run) would fill the disk of a machine that runs the
+    suite often."""
     venv = folder / "venv"
     cache = folder / "uv-cache"
     constraints = folder / "constraints.txt"
     constraints.write_text((ROOT / "requirements.lock").read_text() + f"pyspark-client=={PYSPARK}\n")
     try:
         for command in ([str(UV), "venv", "-q", "--python", python(version), str(venv)],
-                        [str(UV), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(wheel),
-                         "--constraint", str(constraints), "--cache-dir", str(cache)]):
+                        [str(UV), "pip", "install", "-q", "--compile-bytecode", "--python",
+                         str(venv / "bin" / "python"), str(wheel), "--constraint", str(constraints),
+                         "--cache-dir", str(cache)]):
             run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=folder)
             assert run.returncode == 0, f"{command}: {run.stdout[-3000:]}{run.stderr[-3000:]}"
     finally:

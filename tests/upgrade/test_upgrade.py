@@ -62,7 +62,8 @@ def previous_release() -> tuple[Path, str]:
     uv = str(ROOT / ".local" / "tools" / "bin" / "uv")
     if not (venv / "bin" / "python").exists():
         subprocess.run([uv, "venv", "--python", sys.executable, str(venv)], check=True)
-    subprocess.run([uv, "pip", "sync", "--python", str(venv / "bin" / "python"), str(lock)], check=True)
+    subprocess.run([uv, "pip", "sync", "--compile-bytecode", "--python", str(venv / "bin" / "python"), str(lock)],
+                   check=True)  # compiled as setup.sh compiles .venv
     return checkout, str(venv / "bin" / "python")
 
 
