@@ -75,14 +75,34 @@ def _json_file(path: Path, names: tuple[str, ...], make: callable) -> dict:
     return kept
 
 
+FIRST_SERVICE_PORT = 20000  # where the stack's ports are picked from, up to the ephemeral range
+
+
 def _free_port(_name: str, kept: dict[str, int]) -> int:
-    """A port free now and none of those kept (their service may be stopped)."""
+    """A port free now, none of those kept (their service may be stopped), and outside the
+    kernel's ephemeral range: a service started late in a test session (Kafka Connect, say)
+    found its port, picked there, taken by some client's outgoing connection."""
+    first, last = _ephemeral_ports()
+    services = range(FIRST_SERVICE_PORT, first) if first - FIRST_SERVICE_PORT >= 1000 else range(last + 1, 65536)
     while True:
+        port = secrets.choice(services)
+        if port in kept.values():
+            continue
         with socket.socket() as s:
-            s.bind((LOOPBACK, 0))
-            port = s.getsockname()[1]
-        if port not in kept.values():
-            return port
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:  # in use
+                continue
+        return port
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The first and last port the kernel gives outgoing connections (Linux's default if unknown)."""
+    try:
+        first, last = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(first), int(last)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def ports() -> dict[str, int]:

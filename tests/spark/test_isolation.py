@@ -158,6 +158,20 @@ def test_when_the_next_write_is_the_rest_a_round_that_found_records_searches_no_
                           rest_is_the_next_write=True) == {OffsetRange("t", 1, 46, 47): "last"}
 
 
+def test_whether_every_record_was_found_counts_the_checkpoints_records_once_an_attempt():
+    counts, budget = [], Budget()
+
+    def records() -> int:  # the Spark job counting the checkpoint's good records
+        counts.append(1)
+        return 3
+    budget.add(OffsetRange("t", 0, 1, 2), "bad")
+    assert not budget.found_every_record(records) and counts == []  # one record found: nothing to count
+    budget.add(OffsetRange("t", 0, 2, 3), "bad")
+    assert not budget.found_every_record(records)  # two of three
+    budget.add(OffsetRange("t", 0, 3, 4), "bad")  # a later round's
+    assert budget.found_every_record(records) and counts == [1]
+
+
 def test_a_failure_no_task_names_is_bisected():
     bad = {(0, 57): "middle"}
     assert locate_failing(RANGES, locator(bad, unlocated=True), prober(bad)) == {OffsetRange("t", 0, 57, 58): "middle"}

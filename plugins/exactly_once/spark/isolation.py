@@ -132,6 +132,16 @@ class Budget:
         self.max_isolated, self.max_probes = max_isolated, max_probes
         self.found: dict[OffsetRange, str] = {}
         self.jobs = 0
+        self._records: int | None = None  # the checkpoint's good records, once counted
+
+    def found_every_record(self, records: Callable[[], int]) -> bool:
+        """Whether two or more records were found and they are all of the checkpoint's good
+        records, which `records` counts (a Spark job: once an attempt, not once a round)."""
+        if len(self.found) < 2:
+            return False
+        if self._records is None:
+            self._records = records()
+        return len(self.found) == self._records
 
     def ask(self, job: Callable, what):
         self.jobs += 1

@@ -139,7 +139,7 @@ class Staging:
         if not isolated:
             raise NotIsolated(f"checkpoint {self.checkpoint_id}: {refused.reason}; no record fails on its own "
                               "(rows of several records together?)") from refused.__cause__
-        if len(budget.found) > 1 and len(budget.found) == parsed.where("reason IS NULL").count():
+        if budget.found_every_record(lambda: parsed.where("reason IS NULL").count()):
             raise NotIsolated(f"checkpoint {self.checkpoint_id}: every record fails on its own, so the cause is "
                               f"not in the records: {describe(budget.found)}") from refused.__cause__
         if self.config.on_bad_record == "fail":
