@@ -59,8 +59,8 @@ python_env() {
   # installs into the same pyspark/ package as pyspark and could leave the
   # Python side of Spark at another version than its jars.
   # Bytecode compiled once here: uv writes none by default, and where PYTHONDONTWRITEBYTECODE is
-  # set (CI's machines) every process would compile Airflow and the rest from source again, which
-  # doubles the start of each Airflow command, task and Spark driver.
+  # set (as on the machines this project is built on) every process would compile Airflow and the
+  # rest from source again: `airflow version` took 7.5 s so, 3.7 s compiled.
   "$LOCAL/tools/bin/uv" pip sync -q --compile-bytecode --python "$ROOT/.venv/bin/python" \
     "$ROOT/requirements-test.lock"
   stamp venv "$ROOT/requirements-test.lock" "$0"
