@@ -37,6 +37,7 @@ def test_a_small_run_measures_the_checkpoint_its_limits_and_its_peers(kafka_serv
     assert "| 3,000 orders, spark-submit | 3,000 orders, warm Spark Connect |" in table and "nan" not in table
 
 
+@pytest.mark.heavy  # ./dev bench-isolation runs it whole; CI: tests/spark/test_isolation.py and test_poison.py
 def test_the_isolation_benchmark_sets_aside_exactly_the_order_its_transform_raises_on(kafka_servers, ledger_db,
                                                                                       tmp_path, topic):
     raising = isolation.raising_at(ORDERS, 1)

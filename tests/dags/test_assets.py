@@ -23,6 +23,10 @@ from exactly_once_demo.produce import produce
 from tests.dags.window import Api, WindowDag, services
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
 
+# Heavy (./dev test -m heavy): runs of the scheduler's, minutes long; CI runs the scheduler in
+# tests/dags/test_pipelines_view.py.
+pytestmark = pytest.mark.heavy
+
 FAULT = {"EXACTLY_ONCE_FAULTS": "commit_task.try1.after_commit=raise"}
 ORDERS_ASSET = f"exactly_once.{CONFIG.name}.orders"
 DELTAS_ASSET = f"exactly_once.{CONFIG.name}.sku_minute_deltas"

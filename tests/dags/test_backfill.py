@@ -21,6 +21,10 @@ from exactly_once_demo.produce import produce
 from tests.dags.window import Api, WindowDag, next_boundary, services, wait_until
 from tests.exactly_once_demo.oracle import assert_each_run_took_its_interval, assert_tables_equal_the_oracle, rows
 
+# Heavy (./dev test -m heavy): CI plans backfills through the run path (tests/ledger/test_intervals.py)
+# and runs the scheduler in tests/dags/test_pipelines_view.py.
+pytestmark = pytest.mark.heavy
+
 INTERVAL = timedelta(seconds=6)
 RUNS = 3  # intervals per backfill: one more than a backfill runs at a time
 AT_A_TIME = 2  # the backfills' max_active_runs

@@ -25,6 +25,10 @@ from tests.dags.test_kafka_connection import JOB_PROCESSES, Processes, assert_no
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
 from tests.faults.world import UDF_TRANSFORM, wait_for
 
+# Heavy (./dev test -m heavy), as every cluster fault is: CI runs the job on local[2] and over
+# Spark Connect (tests/spark/test_connect_isolation.py).
+pytestmark = pytest.mark.heavy
+
 DAG_FILE = f'''\
 from datetime import timedelta
 

@@ -19,6 +19,10 @@ from exactly_once_demo.produce import ensure_topic, produce
 from tests.dags.window import Api, services
 from tests.exactly_once_demo.oracle import assert_tables_equal_the_oracle
 
+# Heavy (./dev test -m heavy): runs of the scheduler's, minutes long; CI runs the scheduler in
+# tests/dags/test_pipelines_view.py.
+pytestmark = pytest.mark.heavy
+
 WOKEN_WITHIN = 120  # seconds from the records' transaction to the woken run's end: a 2 s poll, a run of ~40 s
 MIN_GAP = 15
 

@@ -111,6 +111,7 @@ def assert_replicated(feed: ChangeFeed, table: CapturedTable, rows: int = ROWS /
     assert len(expected["items"]) > rows
 
 
+@pytest.mark.heavy  # Kafka Connect and Debezium for real; CI: Debezium's events modelled (test_change_feed.py)
 def test_a_table_replicated_by_debezium_equals_its_source_table_through_faults(capture, spark, ledger_db,
                                                                                kafka_servers, monkeypatch):
     table = CapturedTable(ROWS, kafka_servers)

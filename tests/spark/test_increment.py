@@ -193,6 +193,7 @@ def spark_submit(pipeline: Pipeline, checkpoint_id: int, token: int, *options: s
         return done, report.read_text()
 
 
+@pytest.mark.heavy  # CI: the job fenced mid-write below exits 3 through spark-submit, and every DAG test submits
 def test_spark_submit_reports_what_an_attempt_staged_and_a_fenced_one_exits_3(pipeline):
     pipeline.produce(workload(0))
     checkpoint = pipeline.begin().checkpoint

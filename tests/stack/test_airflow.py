@@ -7,6 +7,7 @@ import subprocess
 from contextlib import closing
 
 import psycopg2
+import pytest
 
 from exactly_once_stack.settings import ROOT, db_url
 
@@ -37,6 +38,7 @@ def test_the_smoke_dag_imports_without_errors_or_network_io_from_its_own_folder(
     assert {d.dag_id: d.fileloc for d in bag.dags.values()} == {"stack_smoke": str(SMOKE / "dag.py")}
 
 
+@pytest.mark.heavy  # CI: the demo's DAG runs through `airflow dags test` (tests/dags/test_orders_exactly_once.py)
 def test_smoke_dag_runs_end_to_end_with_dags_test(stack_env):
     run = subprocess.run(["airflow", "dags", "test", "stack_smoke"],
                          env={**stack_env, "AIRFLOW__CORE__DAGS_FOLDER": str(SMOKE)}, cwd=ROOT,
