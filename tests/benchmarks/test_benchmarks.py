@@ -14,8 +14,7 @@ ORDERS = 3000  # one Kafka transaction (committed)
 BAD = sum(1 for i in range(ORDERS) if i % MALFORMED_EVERY == MALFORMED_EVERY - 1 or i % POISON_EVERY == POISON_EVERY - 1)
 
 
-# A variant (./dev test -m variant): `./dev bench` runs it whole; the isolation benchmark's test below
-# keeps a benchmark in CI.
+# A variant (./dev test -m variant): `./dev bench` runs it whole.
 @pytest.mark.variant
 def test_a_small_run_measures_the_checkpoint_its_limits_and_its_peers(kafka_servers, ledger_db, tmp_path):
     result = throughput.measure(ORDERS, kafka_servers, ledger_db, tmp_path, repetitions=1)

@@ -117,8 +117,8 @@ def ui_window(tmp_path, stack_env, fresh_demo, kafka_servers):
         yield api, dag, start, last, tmp_path
 
 
-# A variant (./dev test -m variant): tests/dags/test_backfill.py proves the same backfills and clears
-# through the REST API, and tests/dags/test_pipelines_view.py drives the UI in chromium in CI.
+# A variant (./dev test -m variant): tests/dags/test_backfill.py (heavy) proves the same backfills and
+# clears through the REST API, and tests/dags/test_pipelines_view.py drives the UI in chromium in CI.
 @pytest.mark.variant
 def test_backfill_and_clear_from_the_ui_count_every_record_once(fresh_demo, kafka_servers, ui_window, page):
     api, dag, start, last, dags_folder = ui_window

@@ -3,9 +3,10 @@
 0 duplicated, 0 wrong; a kafka sink's topic read as a read_committed consumer reads it) and
 the ledger's invariants. Every scenario: ./dev faults; more seeds: ./dev faults --seeds 1 2 3.
 
-The slice is kept small for CI's time: a zombie driver (i), a publisher killed inside its
-Kafka transaction (t). A worker killed mid-write (p) runs inside the demo DAG's runs in
-tests/dags/test_spark_clusters.py. The others run in ./dev faults; some have counterparts:
+The slice is kept small for CI's time: a publisher killed inside its Kafka transaction (t).
+A zombie driver (i) is a heavy test here (./dev test -m heavy), as is a worker killed
+mid-write (p), inside the demo DAG's runs in tests/dags/test_spark_clusters.py. The others
+run in ./dev faults; some have counterparts:
 a (a driver killed mid-write) and b, c, d, e, h, j, l among the protocol's own
 tests (tests/ledger/test_protocol.py: a failed or crashed attempt, a killed commit connection,
 commit twice, racing planners, a lease taken over, recovery committing what is
@@ -13,7 +14,7 @@ pre-committed), k (retention) in its promise-2 tests against the real broker (de
 stop the pipeline naming partition and offsets, or with allow_data_loss are recorded as a
 gap), o (a zombie reprocessing) and s (a zombie Connect task) in i, m and n (a reprocessing
 crashed after its pre-commit, its commit racing a run's) in the model's reprocessing
-configuration (tests/model/test_model.py) and the state machine of
+configuration (tests/model/test_model.py; both heavy) and the state machine of
 tests/ledger/test_protocol_machine.py, u (a zombie publisher fenced) in
 tests/publishing/test_publishing.py. PostgreSQL restarted under a job's write (f1) or its
 commit (f2), Kafka restarted under a job (g) or a publisher (v), a

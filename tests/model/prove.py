@@ -8,7 +8,7 @@ Each configuration is a set of processes (scheduled runs, a backfill, a reproces
 operator, the clock, retention's prune steps) and a budget of faults over a whole execution,
 explored exhaustively: every interleaving, every crash point, every order. The state space
 grows by orders of magnitude with each process and each fault, so the faults are split
-across configurations; `--full` adds the larger ones (minutes each), CI runs the default set.
+across configurations; `--full` adds the larger ones (minutes each), CI runs the default set but reprocessing.
 
     ./dev prove [--full] [--only NAME ...] [--keep DIR]
 """
