@@ -4,9 +4,12 @@ tables, without and with retention. No figure is asserted: the command reports t
 
 from __future__ import annotations
 
+import pytest
+
 from tests.benchmarks import ledger_growth
 
 
+@pytest.mark.heavy  # ./dev bench-ledger runs it whole; CI: retention's tests (tests/ledger/test_retention.py)
 def test_the_smallest_configuration_prints_every_table(ledger_db, tmp_path, monkeypatch):
     monkeypatch.setattr(ledger_growth, "FOLDER", tmp_path)
     report = ledger_growth.main(["--sizes", "200", "1000", "--real", "3", "--bloat-checkpoints", "20",

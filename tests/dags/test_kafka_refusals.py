@@ -43,7 +43,8 @@ def refused_connection(case: str, other_ca: tls.TlsFiles) -> dict:
     pytest.param("another host", "IP address mismatch, certificate is not valid for '127.0.0.1'", id="another host",
                  marks=pytest.mark.variant),
     pytest.param("wrong password", "SASL authentication error: Authentication failed during authentication due to "
-                 "invalid credentials with SASL mechanism SCRAM-SHA-512", id="wrong password"),
+                 "invalid credentials with SASL mechanism SCRAM-SHA-512", id="wrong password",
+                 marks=pytest.mark.heavy),  # CI: tests/stack/test_kafka.py, tests/orchestration/test_begin_refusals.py
 ])
 def test_a_refused_connection_fails_the_first_task_once_naming_it_and_the_cause_with_no_checkpoint(
         case, cause, fresh_demo, kafka_servers, tmp_path):

@@ -70,6 +70,7 @@ def fresh_guide(ledger_db, kafka_servers):
     return config
 
 
+@pytest.mark.heavy  # CI: scaffolding and its preflight (tests/operate/test_scaffold.py), the demo's DAG test
 def test_the_guide_runs_as_written_and_its_tables_equal_the_oracle(fresh_guide, ledger_db, kafka_servers, tmp_path):
     run = subprocess.run(["bash", "-c", script(guide())], cwd=tmp_path, capture_output=True, text=True,
                          timeout=900, env={**os.environ, "CHECKOUT": str(ROOT)})

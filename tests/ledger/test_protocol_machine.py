@@ -19,7 +19,7 @@ and only the attempt recorded at pre-commit is committed, with the row counts re
 then. At the end of each example everything is resumed and the pipeline is driven to
 quiescence through the run path: every committed Kafka record counts exactly once.
 
-The default run (CI) is 10 examples, the same every run; EXACTLY_ONCE_MACHINE_EXAMPLES=500 (say)
+The default run (CI) is 5 examples, the same every run; EXACTLY_ONCE_MACHINE_EXAMPLES=500 (say)
 runs deeper, drawing new ones each time.
 """
 
@@ -51,7 +51,7 @@ from tests.ledger.machine import (AWAITING, Clock, SlicingDriver, Topic, assert_
                                   committed_records, counts, ledger_state, quiesce)
 from tests.ledger.paused_steps import Steps, fault_hook
 
-EXAMPLES = int(os.environ.get("EXACTLY_ONCE_MACHINE_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("EXACTLY_ONCE_MACHINE_EXAMPLES", "5"))
 FIXED = "EXACTLY_ONCE_MACHINE_EXAMPLES" not in os.environ  # CI draws the same examples every run
 LEASE = timedelta(minutes=10)
 HORIZON = timedelta(hours=1)

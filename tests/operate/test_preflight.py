@@ -218,6 +218,7 @@ def airflow_cli(*arguments: str) -> None:
     subprocess.run(["airflow", *arguments], check=True, capture_output=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.heavy  # CI: the same checks in process above, and the first task's report in Airflow below
 def test_the_check_command_lists_every_problem_with_exit_status_1(ledger_db, topic, tmp_path):
     config = make_pipeline(ledger_db, topic)
     dag_file = tmp_path / "broken.py"
