@@ -97,11 +97,12 @@ class Offsets:
 
     end = 0
 
-    def partitions(self, topic: str) -> list[int]:
-        return list(range(PARTITIONS))
-
     def offsets(self, topic, partition, interval_start=None, interval_end=None, start_time=None) -> PartitionOffsets:
         return PartitionOffsets(log_start=0, last_stable=self.end)
+
+    def topic_offsets(self, topic, interval_start=None, interval_end=None,
+                      start_time=None) -> dict[int, PartitionOffsets]:
+        return {p: self.offsets(topic, p) for p in range(PARTITIONS)}
 
 
 def pipeline(db: str, clock: Clock, **config) -> Ledger:

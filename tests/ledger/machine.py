@@ -55,18 +55,18 @@ class Topic:
     def __init__(self, servers: str, name: str):
         self.name = name
         with KafkaOffsets(KafkaClient.at(servers)) as kafka:
-            self._offsets = {p: kafka.offsets(name, p, None, None) for p in kafka.partitions(name)}
+            self._offsets = kafka.topic_offsets(name, None, None)
         whole = tuple(OffsetRange(name, p, o.log_start, o.last_stable) for p, o in self._offsets.items())
         self.records = Driver(None, servers, None)._read(whole)
 
     # -- exactly_once.ledger.planning.OffsetSource ------------------------------------------
 
-    def partitions(self, topic: str) -> list[int]:
-        return sorted(self._offsets)
-
     def offsets(self, topic: str, partition: int, interval_start, interval_end, start_time=None) -> PartitionOffsets:
+        return self.topic_offsets(topic, interval_start, interval_end, start_time)[partition]
+
+    def topic_offsets(self, topic: str, interval_start, interval_end, start_time=None) -> dict[int, PartitionOffsets]:
         assert (topic, interval_start, interval_end, start_time) == (self.name, None, None, None)
-        return self._offsets[partition]
+        return self._offsets
 
     def within(self, ranges) -> list[Record]:
         return [r for r in self.records if oracle.in_ranges(r, ranges)]

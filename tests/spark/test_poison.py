@@ -13,10 +13,11 @@ import pytest
 
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.checkpoints import State
+from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.refusals import PromotionRefused
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_error
-from exactly_once.spark.increment import offsets_per_task
+from exactly_once.spark.increment import grouped_tasks, offsets_per_task
 from exactly_once.spark.runners import job_runner
 from exactly_once.spark.settings import JobSettings
 from exactly_once_stack import spark_cluster
@@ -265,3 +266,21 @@ def test_tasks_hold_fewer_records_when_records_may_be_large():
     assert offsets_per_task(1024) == 250_000
     assert offsets_per_task(2**20) == 256  # 256 MiB a task at most
     assert offsets_per_task(2**30) == 1
+
+
+def test_small_ranges_are_read_together_and_large_ones_as_spark_splits_them():
+    def ranges(*sizes: int) -> tuple[OffsetRange, ...]:
+        return tuple(OffsetRange("t", p, 0, size) for p, size in enumerate(sizes))
+
+    def two_cores() -> int:
+        return 2
+
+    assert grouped_tasks(ranges(*[390] * 512), 250_000, two_cores) == 4  # 160 ranges a task: 62,400 offsets
+    assert grouped_tasks(ranges(*[390] * 512), 250_000, lambda: 64) == 64  # never fewer tasks than cores
+    assert grouped_tasks(ranges(10, 10, 10), 250_000, two_cores) == 2
+    assert grouped_tasks(ranges(10, 10, 10), 250_000, lambda: 4) is None
+    assert grouped_tasks(ranges(40_000, 40_000, 40_000), 250_000, two_cores) is None  # one a quarter's share
+    assert grouped_tasks(ranges(300_000, 300_000, 300_000), 250_000, two_cores) is None  # 6 tasks of 150,000
+    # a range split into tasks of 225,000 offsets: no task reads two of the source's
+    assert grouped_tasks(ranges(900_000, *[10] * 511), 250_000, two_cores) is None
+    assert grouped_tasks(ranges(0, 0), 250_000, two_cores) is None

@@ -26,8 +26,7 @@ def holders(conn, kafka: KafkaOffsets, pipeline: str, topics: list[str], interva
     found = set()
     with conn.cursor() as cur:
         for topic in topics:
-            for partition in kafka.partitions(topic):
-                at = kafka.offsets(topic, partition, interval_start, interval_end)
+            for partition, at in kafka.topic_offsets(topic, interval_start, interval_end).items():
                 first, end = at.position(at.at_interval_start), at.position(at.at_interval_end)
                 if first < end:
                     cur.execute(Q["holders"], {"pipeline": pipeline, "topic": topic, "partition": partition,

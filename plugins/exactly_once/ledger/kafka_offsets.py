@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import (OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicCollection,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient
 
 from exactly_once import tls
@@ -38,7 +39,7 @@ class KafkaOffsets:
     def __init__(self, client: KafkaClient, timeout: float = 30):
         self._client, self._timeout = client, timeout
         self._refusal: KafkaError | None = None
-        # read_committed: the high watermark Kafka reports is the last stable offset.
+        # read_committed: the end of a partition Kafka answers is its last stable offset.
         self._consumer = Consumer({**client.planner_config(), "error_cb": self._on_error})
         self._admin: AdminClient | None = None  # made when a topic's id is first asked
         self._ids: dict[str, str | None] = {}
@@ -106,20 +107,45 @@ class KafkaOffsets:
 
     def offsets(self, topic: str, partition: int, interval_start: datetime | None, interval_end: datetime | None,
                 start_time: datetime | None = None) -> PartitionOffsets:
-        topic_id = self.topic_id(topic)  # before the offsets: see topic_id
-        log_start, last_stable = self._ask(lambda timeout: self._consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout, cached=False))
-        at = {when: self._first_offset_at(topic, partition, when)
-              for when in {interval_start, interval_end, start_time}}
-        return PartitionOffsets(log_start, last_stable, at[interval_start], at[interval_end], at[start_time],
-                                topic_id)
+        """One partition's offsets (`topic_offsets` asks every partition of a topic at once)."""
+        return self._offsets(topic, [partition], interval_start, interval_end, start_time)[partition]
 
-    def _first_offset_at(self, topic: str, partition: int, when: datetime | None) -> int | None:
-        """The first offset stamped at or after `when`; read_committed, Kafka answers only
-        offsets below the last stable one."""
+    def topic_offsets(self, topic: str, interval_start: datetime | None, interval_end: datetime | None,
+                      start_time: datetime | None = None) -> dict[int, PartitionOffsets]:
+        """Every partition's offsets, by partition."""
+        return self._offsets(topic, self.partitions(topic), interval_start, interval_end, start_time)
+
+    def _offsets(self, topic: str, partitions: list[int], interval_start: datetime | None,
+                 interval_end: datetime | None, start_time: datetime | None) -> dict[int, PartitionOffsets]:
+        """The partitions' offsets, each question asked of Kafka for all of them at once (asked
+        partition by partition, 512 partitions' ends took 0.99 s here, at once 0.05 s)."""
+        topic_id = self.topic_id(topic)  # before the offsets: see topic_id
+        log_start, last_stable = (self._ask_offsets(topic, partitions, end) for end in (OFFSET_BEGINNING, OFFSET_END))
+        if any(offset < 0 for ends in (log_start, last_stable) for offset in ends.values()):
+            raise LookupError(f"Kafka gave topic {topic!r} no log start or end: {log_start}, {last_stable}")
+        at = {when: self._first_offsets_at(topic, partitions, when)
+              for when in {interval_start, interval_end, start_time}}
+        return {p: PartitionOffsets(log_start[p], last_stable[p], at[interval_start][p], at[interval_end][p],
+                                    at[start_time][p], topic_id) for p in partitions}
+
+    def _first_offsets_at(self, topic: str, partitions: list[int], when: datetime | None) -> dict[int, int | None]:
+        """Per partition, the first offset stamped at or after `when`, None if none; read_committed,
+        Kafka answers only offsets below the last stable one."""
         if when is None:
-            return None
-        millis = int(when.timestamp() * 1000)
-        [found] = self._ask(lambda timeout: self._consumer.offsets_for_times(
-            [TopicPartition(topic, partition, millis)], timeout=timeout))
-        return None if found.offset < 0 else found.offset
+            return dict.fromkeys(partitions)
+        found = self._ask_offsets(topic, partitions, int(when.timestamp() * 1000))
+        return {p: None if offset < 0 else offset for p, offset in found.items()}
+
+    def _ask_offsets(self, topic: str, partitions: list[int], stamp: int) -> dict[int, int]:
+        """Kafka's ListOffsets of the partitions at a timestamp (milliseconds; OFFSET_BEGINNING and
+        OFFSET_END ask the log's start and end), by partition: negative where no offset is."""
+        def question(timeout: float) -> list[TopicPartition]:
+            found = self._consumer.offsets_for_times([TopicPartition(topic, p, stamp) for p in partitions],
+                                                     timeout=timeout)
+            # librdkafka leaves a partition it could not ask (no leader) with an error of its own
+            failed = next((f.error for f in found if f.error is not None), None)
+            if failed is not None:
+                raise KafkaException(failed)
+            return found
+
+        return {f.partition: f.offset for f in self._ask(question)}

@@ -78,10 +78,12 @@ class PartitionOffsets:
 class OffsetSource(Protocol):
     """What planning asks Kafka (exactly_once.ledger.kafka_offsets.KafkaOffsets)."""
 
-    def partitions(self, topic: str) -> list[int]: ...
-
     def offsets(self, topic: str, partition: int, interval_start: datetime | None, interval_end: datetime | None,
                 start_time: datetime | None = None) -> PartitionOffsets: ...
+
+    def topic_offsets(self, topic: str, interval_start: datetime | None, interval_end: datetime | None,
+                      start_time: datetime | None = None) -> dict[int, PartitionOffsets]:
+        """`offsets` of every partition of the topic, by partition."""
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ def seen_offsets(config: PipelineConfig, kafka: OffsetSource, interval_start: da
     """Per partition of the pipeline's topics, the offsets a plan of the interval starts from."""
     source = config.source
     start_time = source.start if isinstance(source.start, datetime) else None
-    return {(topic, p): kafka.offsets(topic, p, interval_start, interval_end, start_time)
-            for topic in source.topics for p in kafka.partitions(topic)}
+    return {(topic, p): offsets for topic in source.topics
+            for p, offsets in kafka.topic_offsets(topic, interval_start, interval_end, start_time).items()}
 
 
 def work_waiting(ledger: LedgerAccess, kafka: OffsetSource) -> str | None:

@@ -223,7 +223,7 @@ def _with_deletes(accepted: DataFrame, parsed: DataFrame, config: PipelineConfig
 class AttemptFrames:
     sinks: dict[str, DataFrame]     # what each sink stages
     unparsed: DataFrame             # the dead letters of records that do not parse or fit, or are set aside
-    refused_letters: DataFrame      # the dead letters of records a sink table would refuse
+    letters: DataFrame              # those and the dead letters of records a sink table would refuse
     bad: DataFrame                  # where and why records are bad (not those set aside): for `fail`
     refused: DataFrame              # cached, like `checked`: `release` when the frames are written
     checked: DataFrame              # the checked rows (checked_rows), which every sink reads
@@ -235,10 +235,8 @@ class AttemptFrames:
 
     def staging(self, any_refused: bool) -> dict[str, DataFrame]:
         """Every sink's frame and the dead letters under DEAD_LETTERS. Without refusals the
-        dead letters skip the join of every record with the (empty) refusals: a scan of the
-        whole attempt for nothing."""
-        letters = self.unparsed.unionByName(self.refused_letters) if any_refused else self.unparsed
-        return {DEAD_LETTERS: letters, **self.sinks}
+        dead letters skip the join of every record with the (empty) refusals."""
+        return {DEAD_LETTERS: self.letters if any_refused else self.unparsed, **self.sinks}
 
 
 def attempt_frames(parsed: DataFrame, config: PipelineConfig,
@@ -266,16 +264,17 @@ def _frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, lis
     """attempt_frames from the cached checked rows and refusals."""
     accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
                 .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
-    raw = _fitting(parsed, tombstones=False).select("topic", "partition", "offset", "key", "value")
-    refused_raw = raw.join(F.broadcast(refused), (raw["topic"] == refused[KAFKA_TOPIC])
-                           & (raw["partition"] == refused[KAFKA_PARTITION]) & (raw["offset"] == refused[KAFKA_OFFSET]))
-    letter = [F.lit(config.name).alias("pipeline"), "topic", "partition", "offset", "key", "value", "reason"]
+    where = ["topic", "partition", "offset"]  # the records' names of the coordinates
+    letter = [F.lit(config.name).alias("pipeline"), *where, "key", "value", "reason"]
     unparsed = parsed.where(F.col("reason").isNotNull())
-    bad = (unparsed.where(~F.col(_SET_ASIDE)).select("topic", "partition", "offset", "reason")
-           .unionByName(refused.select(*(F.col(c).alias(r) for c, r in zip(COORDINATES, ("topic", "partition",
-                                                                                          "offset"))), "reason")))
+    why_refused = refused.select(*(F.col(c).alias(r) for c, r in zip(COORDINATES, where)), "reason")
+    # One scan of the records for both kinds of dead letter (a refused record is one that parsed and fit).
+    letters = (parsed.join(F.broadcast(why_refused.withColumnRenamed("reason", _REFUSED)), where, "left")
+               .where(F.col("reason").isNotNull() | F.col(_REFUSED).isNotNull())
+               .withColumn("reason", F.coalesce("reason", _REFUSED)))
+    bad = unparsed.where(~F.col(_SET_ASIDE)).select(*where, "reason").unionByName(why_refused)
     return AttemptFrames(
         {sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
                                                [c.name for c in columns[sink.name]])
          for sink in config.sinks},
-        unparsed.select(*letter), refused_raw.select(*letter), bad, refused, checked)
+        unparsed.select(*letter), letters.select(*letter), bad, refused, checked)
