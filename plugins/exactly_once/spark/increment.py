@@ -88,7 +88,8 @@ def parallelism(spark: SparkSession) -> int:
     """The cores the session's jobs run on: Spark's default parallelism; over Spark Connect,
     which has no SparkContext to ask, the partitions of a range the server splits by it."""
     if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return spark.range(0, 1 << 16).select(F.max(F.spark_partition_id())).first()[0] + 1
+        split = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("split"))  # no aggregate takes it raw
+        return split.agg(F.max("split")).first()[0] + 1
     return spark.sparkContext.defaultParallelism
 
 
