@@ -9,7 +9,7 @@ arrive without their SQLSTATE:
   and drops its SQLSTATE, but the message still ends with Spark's "SQLSTATE: 38000";
 - PostgreSQL refusing a row of the COPY staging writer (jvm/): pgjdbc's exception, which holds
   the SQLSTATE, stays on the executor, so the writer states it in its own message
-  ("PostgreSQL refused COPY into <table> (SQLSTATE <state>): <message>").
+  ("PostgreSQL refused [binary ]COPY into <table> (SQLSTATE <state>): <message>").
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 _STATED = re.compile(r"\sSQLSTATE: (\w{5})$")
 # The staging writer's refusal (jvm/src/main/java/exactly_once/copy/CopyWriter.java): PostgreSQL's
 # SQLSTATE and primary message, on one line.
-_COPY_REFUSED = re.compile(r"PostgreSQL refused COPY into \S+ \(SQLSTATE (\w{5})\): ([^\n]*)")
+_COPY_REFUSED = re.compile(r"PostgreSQL refused (?:binary )?COPY into \S+ \(SQLSTATE (\w{5})\): ([^\n]*)")
 
 
 def stated_sqlstate(message: str) -> tuple[str, str | None]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from exactly_once.config import PipelineConfig, load_config
 from exactly_once.connections import connection_problems
@@ -27,7 +28,7 @@ from exactly_once.operate import preflight
 from exactly_once.orchestration import tasks
 from exactly_once.problems import PreflightFailed
 from exactly_once_stack.settings import ROOT
-from tests.ledger.harness import TRANSFORM, make_pipeline
+from tests.ledger.harness import TRANSFORM, make_pipeline, pipeline_config
 
 DAG_FILE = '''\
 from airflow.sdk import dag
@@ -290,3 +291,29 @@ def test_the_version_covers_every_module_of_the_shipped_transform_package(ledger
     version = config_version(config)
     (tmp_path / package / "prices.py").write_text("RATE = 2\n")  # a helper the job ships changes
     assert config_version(config) != version
+
+
+class _LeaderlessPartition:
+    """Kafka's offsets as KafkaOffsets gives them, with partition 2 of 4 leaderless."""
+
+    def __init__(self):
+        self.asked_one_by_one = []
+
+    def partitions(self, topic: str) -> list[int]:
+        return [0, 1, 2, 3]
+
+    def topic_offsets(self, topic, interval_start, interval_end, start_time=None):
+        raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+
+    def offsets(self, topic, partition, interval_start, interval_end, start_time=None):
+        self.asked_one_by_one.append(partition)
+        if partition == 2:
+            raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+
+
+def test_a_partition_whose_offsets_cannot_be_read_is_named_as_a_problem_a_retry_may_pass():
+    kafka = _LeaderlessPartition()
+    problems = preflight.topic_problems(pipeline_config("preflight_leaderless", "orders"), kafka)
+    assert [(p.subject, p.passing) for p in problems] == [("source.topics: 'orders' partition 2", True)]
+    assert problems[0].message.startswith("its offsets cannot be read: ")
+    assert kafka.asked_one_by_one == [0, 1, 2, 3]  # only once the topic's question at once failed

@@ -98,7 +98,7 @@ def test_failures_no_record_causes_are_not_record_failures_over_connect(session,
         with pytest.raises(Exception) as refused:
             write_staging(session.createDataFrame([(-1,)], "n int"), f"{schema}.{table}", jdbc_options(ledger_db),
                           {"n": "int4", "checkpoint_id": "int8", "attempt": "int4"}, checkpoint_id=1, attempt=1)
-        assert "PostgreSQL refused COPY" in str(refused.value)
+        assert "PostgreSQL refused binary COPY" in str(refused.value)  # an int into int4: binary
         assert not hasattr(refused.value, "java_exception")  # only what the server sent
         return record_failure(refused.value)
 

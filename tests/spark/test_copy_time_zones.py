@@ -3,7 +3,9 @@ Spark JVM in TZ=America/New_York, a `timestamp` (without time zone) column gets 
 in Spark's session time zone (`spark.sql.session.timeZone`) as Spark shows it, a `timestamptz`
 column the exact instant (what Spark's JDBC writer stores too), a `date` column the date as
 Spark shows it, and a timestamp into a text column PostgreSQL's text of that instant in the
-session time zone; for session time zones equal to the JVM's, UTC and neither."""
+session time zone; for session time zones equal to the JVM's, UTC and neither. In both of the
+writer's formats: the columns COPY's binary format carries are written again on their own,
+which makes that COPY binary (the whole frame's is text)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ COLUMNS = [
     ("ntz_tz", "timestamp_ntz", "timestamptz"),
     ("tx", "timestamp", "text"),
 ]
+BINARY = ["ts", "tstz", "d", "ntz", "ntz_tz"]  # a datetime into its own kind
 # (id, the instant in UTC, a date, a local date-time): near midnight UTC, the last microsecond
 # of a year, after New York's spring gap, and before 1883 (local mean time, an offset in seconds).
 ROWS = [
@@ -48,7 +51,7 @@ from pyspark.sql import SparkSession, functions as F
 from exactly_once.db import jdbc_options
 from exactly_once.spark.copy_writer import write_copy
 
-schema, zones, columns, rows, zone = json.loads(sys.argv[1])
+schema, zones, columns, binary, rows, zone = json.loads(sys.argv[1])
 spark = (SparkSession.builder.master("local[2]").appName("copy_time_zones")
          .config("spark.driver.extraJavaOptions", "-Duser.timezone=" + zone)
          .config("spark.executor.extraJavaOptions", "-Duser.timezone=" + zone).getOrCreate())
@@ -61,7 +64,9 @@ for session_zone in zones:
     values = {"timestamp": instant, "date": F.to_date("day"), "timestamp_ntz": F.to_timestamp_ntz("local")}
     frame = base.select("id", *(values[kind].alias(name) for name, kind, _ in columns))
     table = f"{schema}.copied_{session_zone.replace('/', '_').lower()}"
-    write_copy(frame, table, jdbc, {"id": "int4", **{name: target for name, _, target in columns}})
+    targets = {"id": "int4", **{name: target for name, _, target in columns}}
+    write_copy(frame, table, jdbc, targets)
+    write_copy(frame.select("id", *binary), table + "_binary", jdbc, targets)
     frame.select("id", "tstz").write.jdbc(jdbc["url"], table.replace("copied", "jdbc"), mode="append",
                                           properties={k: v for k, v in jdbc.items() if k != "url"})
     # What Spark shows, in the session time zone; instants as microseconds since the epoch.
@@ -98,6 +103,7 @@ def schema(ledger_db):
         for zone in SESSION_ZONES:
             suffix = zone.replace("/", "_").lower()
             cur.execute(f"CREATE TABLE {name}.copied_{suffix} (id int, {definitions})")
+            cur.execute(f"CREATE TABLE {name}.copied_{suffix}_binary (id int, {definitions})")
             cur.execute(f"CREATE TABLE {name}.jdbc_{suffix} (id int, tstz timestamptz)")
         conn.commit()
         try:
@@ -109,7 +115,7 @@ def schema(ledger_db):
 
 
 def run_child(stack_env, schema: str) -> dict:
-    argument = json.dumps([schema, SESSION_ZONES, COLUMNS, ROWS, EXECUTOR_ZONE])
+    argument = json.dumps([schema, SESSION_ZONES, COLUMNS, BINARY, ROWS, EXECUTOR_ZONE])
     done = subprocess.run([sys.executable, "-c", CHILD, argument], capture_output=True, text=True, timeout=600,
                           env={**stack_env, "TZ": EXECUTOR_ZONE})
     assert done.returncode == 0, done.stderr[-4000:]
@@ -127,18 +133,24 @@ def test_copy_writer_datetimes_follow_the_session_time_zone_not_the_executors(st
         cur.execute("SET TIME ZONE %s", (zone,))
         cur.execute(STORED.format(written["table"]))
         stored = cur.fetchall()
+        cur.execute(STORED.format(written["table"] + "_binary"))
+        stored_binary = cur.fetchall()
         jdbc_table = written["table"].replace("copied", "jdbc")
         cur.execute(f"SELECT id, (extract(epoch FROM tstz) * 1e6)::bigint FROM {jdbc_table} ORDER BY id")
         by_jdbc = dict(cur.fetchall())
-        assert [row[0] for row in stored] == [row[0] for row in ROWS]
-        for spark_row, (row_id, ts, tstz, d, ts_d, d_tz, ntz, ntz_tz, tx) in zip(written["rows"], stored):
-            got = {"ts": ts, "tstz": tstz, "d": d, "ts_d": ts_d, "d_tz": d_tz, "ntz": ntz, "ntz_tz": ntz_tz,
-                   "tx": tx}
+        assert [row[0] for row in stored] == [row[0] for row in stored_binary] == [row[0] for row in ROWS]
+        for spark_row, (row_id, *values), (_, *binary_values) in zip(written["rows"], stored, stored_binary):
+            got = dict(zip(("ts", "tstz", "d", "ts_d", "d_tz", "ntz", "ntz_tz", "tx"), values))
+            tstz = got["tstz"]
             cur.execute(INSTANT_TEXT, (spark_row["tx"],))
             expected = {**{k: v for k, v in spark_row.items() if k != "id"}, "tx": cur.fetchone()[0]}
             for column in got:
                 if got[column] != expected[column]:
                     mismatches.append(f"session {zone}, row {row_id}, {column}: COPY stored {got[column]!r}, "
+                                      f"Spark shows {expected[column]!r}")
+            for column, value in zip(got, binary_values):
+                if column in BINARY and value != expected[column]:
+                    mismatches.append(f"session {zone}, row {row_id}, {column}: binary COPY stored {value!r}, "
                                       f"Spark shows {expected[column]!r}")
             # Before 1883 (row 4) pgjdbc sends New York's local mean time with a whole-minute offset
             # (-05, not -04:56:02): the JDBC writer's instant is 3 min 58 s late, Spark's is not.

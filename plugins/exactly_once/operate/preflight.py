@@ -101,12 +101,22 @@ def topic_problems(config: PipelineConfig, kafka: KafkaOffsets) -> list[Problem]
             return [*problems, Problem(f"connection {refused.connection!r}", refused.said)]
         except KafkaException as error:  # no broker answers: the other topics would say the same
             return [*problems, Problem("Kafka", f"no answer about topic {topic!r}: {error.args[0]}", passing=True)]
-        for partition in partitions:
-            try:
-                kafka.offsets(topic, partition, None, None)
-            except KafkaException as error:  # e.g. no leader: may pass when one is elected
-                problems.append(Problem(f"{subject} partition {partition}", "its offsets cannot be read: "
-                                                                              f"{error.args[0]}", passing=True))
+        try:
+            kafka.topic_offsets(topic, None, None)  # every partition's at once (512 one by one took 0.56 s)
+        except KafkaException:  # e.g. a partition without a leader: may pass when one is elected
+            problems += unreadable_partitions(subject, topic, partitions, kafka)
+    return problems
+
+
+def unreadable_partitions(subject: str, topic: str, partitions: list[int], kafka: KafkaOffsets) -> list[Problem]:
+    """The partitions whose offsets cannot be read, asked one by one to name them."""
+    problems = []
+    for partition in partitions:
+        try:
+            kafka.offsets(topic, partition, None, None)
+        except KafkaException as error:
+            problems.append(Problem(f"{subject} partition {partition}", "its offsets cannot be read: "
+                                                                          f"{error.args[0]}", passing=True))
     return problems
 
 

@@ -18,7 +18,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * staged rows' settlement once the job commits ({@code settlement}).
  */
 record CopyStatement(String url, String user, String password, String table, StructType schema, String[] targets,
-                     String timeZone, String taskColumn, Settlement settlement) implements Serializable {
+                     String timeZone, String taskColumn, Settlement settlement, boolean binary) implements Serializable {
 
   static CopyStatement of(StructType schema, CaseInsensitiveStringMap options) {
     String[] targets = required(options, "targets").split(",", -1);
@@ -33,8 +33,8 @@ record CopyStatement(String url, String user, String password, String table, Str
     }
     CopyStatement statement = new CopyStatement(required(options, "url"), required(options, "user"),
         options.getOrDefault("password", ""), required(options, "table"), schema, targets,
-        SQLConf.get().sessionLocalTimeZone(), taskColumn, settlement);
-    statement.textRow(); // refuses a column it cannot render before any task runs
+        SQLConf.get().sessionLocalTimeZone(), taskColumn, settlement, BinaryRow.carries(schema, targets));
+    statement.rowFormat(); // refuses a column it cannot render before any task runs
     return statement;
   }
 
@@ -46,8 +46,11 @@ record CopyStatement(String url, String user, String password, String table, Str
     return value;
   }
 
-  TextRow textRow() {
-    return new TextRow(schema, targets, DateTimeUtils.getZoneId(timeZone));
+  /** Binary where it carries every column (BinaryRow), else text. */
+  RowFormat rowFormat() {
+    ZoneId zone = DateTimeUtils.getZoneId(timeZone);
+    return binary ? new BinaryRow(schema, targets, zone, taskColumn != null)
+        : new TextRow(schema, targets, zone, taskColumn != null);
   }
 
   String sql() {
@@ -59,7 +62,7 @@ record CopyStatement(String url, String user, String password, String table, Str
     if (taskColumn != null) {
       sql.append(", ").append(quoted(taskColumn));
     }
-    return sql.append(") FROM STDIN").toString();
+    return sql.append(binary ? ") FROM STDIN (FORMAT binary)" : ") FROM STDIN").toString();
   }
 
   private static String quoted(String name) {
@@ -75,6 +78,6 @@ record CopyStatement(String url, String user, String password, String table, Str
 
   @Override
   public String toString() { // never the password
-    return "COPY into " + table;
+    return (binary ? "binary COPY into " : "COPY into ") + table;
   }
 }

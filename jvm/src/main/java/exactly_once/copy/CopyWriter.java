@@ -1,7 +1,6 @@
 package exactly_once.copy;
 
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
 import java.sql.SQLException;
 
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -14,7 +13,7 @@ import org.postgresql.util.PSQLException;
 import org.postgresql.util.ServerErrorMessage;
 
 /**
- * One Spark task attempt's rows, streamed to PostgreSQL by COPY in text format and committed in
+ * One Spark task attempt's rows, streamed to PostgreSQL by COPY (binary or text: RowFormat) and committed in
  * one transaction when Spark lets the attempt commit: a failed or aborted attempt leaves no row
  * behind, unless it fails after its commit (then its rows carry its task attempt's id in the
  * statement's task column, and the job's Settlement deletes them).
@@ -23,9 +22,8 @@ final class CopyWriter implements DataWriter<InternalRow> {
   private static final int BUFFER_BYTES = 1 << 20;
 
   private final CopyStatement statement;
-  private final TextRow textRow;
+  private final RowFormat format;
   private final Line line = new Line();
-  private final byte[] lineEnd; // the task column's value, if any, and the newline
   private final long task;
   private java.sql.Connection connection;
   private PGCopyOutputStream copy;
@@ -33,10 +31,8 @@ final class CopyWriter implements DataWriter<InternalRow> {
 
   CopyWriter(CopyStatement statement, long task) {
     this.statement = statement;
-    this.textRow = statement.textRow();
+    this.format = statement.rowFormat();
     this.task = task;
-    String end = statement.taskColumn() == null ? "\n" : "\t" + task + "\n";
-    this.lineEnd = end.getBytes(StandardCharsets.US_ASCII);
   }
 
   @Override
@@ -45,19 +41,15 @@ final class CopyWriter implements DataWriter<InternalRow> {
       open();
     }
     line.reset();
-    textRow.render(row, line);
-    line.put(lineEnd);
-    try {
-      copy.write(line.bytes(), 0, line.size());
-    } catch (IOException failed) {
-      throw refused(failed);
-    }
+    format.render(row, task, line);
+    send(line.bytes(), line.size());
     rows++;
   }
 
   @Override
   public WriterCommitMessage commit() throws IOException {
     if (copy != null) {
+      send(format.trailer(), format.trailer().length);
       try {
         copy.endCopy();
         connection.commit();
@@ -107,6 +99,15 @@ final class CopyWriter implements DataWriter<InternalRow> {
       copy = new PGCopyOutputStream(connection.unwrap(PGConnection.class), statement.sql(), BUFFER_BYTES);
     } catch (SQLException failed) {
       throw new IOException(statement + ": " + failed.getMessage(), failed);
+    }
+    send(format.header(), format.header().length);
+  }
+
+  private void send(byte[] bytes, int length) throws IOException {
+    try {
+      copy.write(bytes, 0, length);
+    } catch (IOException failed) {
+      throw refused(failed);
     }
   }
 

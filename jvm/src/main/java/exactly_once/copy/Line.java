@@ -2,7 +2,7 @@ package exactly_once.copy;
 
 import java.util.Arrays;
 
-/** A growable byte buffer: one row of COPY's text format, or one value before it is escaped. */
+/** A growable byte buffer: one row of COPY's text or binary format, or one value before it is escaped. */
 final class Line {
   private byte[] bytes = new byte[256];
   private int size;
@@ -32,6 +32,22 @@ final class Line {
     }
     System.arraycopy(from, 0, bytes, size, from.length);
     size += from.length;
+  }
+
+  /** Big-endian, as COPY's binary format and every type's binary form hold numbers. */
+  void putShort(int value) {
+    put((byte) (value >>> 8));
+    put((byte) value);
+  }
+
+  void putInt(int value) {
+    putShort(value >>> 16);
+    putShort(value);
+  }
+
+  void putLong(long value) {
+    putInt((int) (value >>> 32));
+    putInt((int) value);
   }
 
   /** Text of ASCII characters only (numbers, dates, keywords). */

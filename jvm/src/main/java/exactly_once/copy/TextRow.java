@@ -5,11 +5,9 @@ import java.math.MathContext;
 import java.math.RoundingMode;
 import java.time.LocalDate;
 import java.time.ZoneId;
-import java.time.ZoneOffset;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.SpecializedGetters;
-import org.apache.spark.sql.catalyst.util.DateTimeUtils;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.BooleanType;
@@ -51,11 +49,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * Which Spark types a column takes at all is asked of PostgreSQL before the write
  * (exactly_once.spark.staging: an assignment cast from what the JDBC writer bound).
  */
-final class TextRow {
+final class TextRow implements RowFormat {
   private static final long MICROS_PER_DAY = 86_400_000_000L;
-  private static final MathContext DOUBLE_DIGITS = new MathContext(15, RoundingMode.HALF_EVEN); // DBL_DIG
-  private static final MathContext FLOAT_DIGITS = new MathContext(6, RoundingMode.HALF_EVEN);   // FLT_DIG
   private static final byte[] NULL = {'\\', 'N'};
+  private static final byte[] NOTHING = {};
 
   /** Writes one non-null value's text, unescaped. */
   private interface Field {
@@ -64,12 +61,15 @@ final class TextRow {
 
   private final Field[] fields;
   private final ZoneId zone;
+  private final boolean taskColumn;
   private final Line value = new Line();
   private final Line element = new Line();
 
-  /** {@code zone}: Spark's session time zone, in which the frame's datetimes are shown. */
-  TextRow(StructType schema, String[] targets, ZoneId zone) {
+  /** {@code zone}: Spark's session time zone, in which the frame's datetimes are shown;
+   *  {@code taskColumn}: each row ends with its task attempt's id. */
+  TextRow(StructType schema, String[] targets, ZoneId zone, boolean taskColumn) {
     this.zone = zone;
+    this.taskColumn = taskColumn;
     StructField[] columns = schema.fields();
     fields = new Field[columns.length];
     for (int i = 0; i < columns.length; i++) {
@@ -77,8 +77,19 @@ final class TextRow {
     }
   }
 
-  /** The row's fields, tab-separated; the writer ends the line. */
-  void render(InternalRow row, Line to) {
+  @Override
+  public byte[] header() {
+    return NOTHING;
+  }
+
+  @Override
+  public byte[] trailer() {
+    return NOTHING; // PostgreSQL's end of the copy ends the text
+  }
+
+  /** The row's fields, tab-separated, and a newline. */
+  @Override
+  public void render(InternalRow row, long task, Line to) {
     for (int i = 0; i < fields.length; i++) {
       if (i > 0) {
         to.put((byte) '\t');
@@ -91,6 +102,11 @@ final class TextRow {
         to.escaped(value);
       }
     }
+    if (taskColumn) {
+      to.put((byte) '\t');
+      to.ascii(Long.toString(task));
+    }
+    to.put((byte) '\n');
   }
 
   private Field field(String column, DataType type, String target) {
@@ -139,10 +155,10 @@ final class TextRow {
       return (from, i, to) -> to.ascii(Long.toString(from.getLong(i)));
     }
     if (type instanceof DoubleType) {
-      return (from, i, to) -> to.ascii(floating(from.getDouble(i), integer, numeric, real, DOUBLE_DIGITS, false));
+      return (from, i, to) -> to.ascii(floating(from.getDouble(i), integer, numeric, real, Casts.DOUBLE_DIGITS, false));
     }
     if (type instanceof FloatType) {
-      return (from, i, to) -> to.ascii(floating(from.getFloat(i), integer, numeric, real, FLOAT_DIGITS, true));
+      return (from, i, to) -> to.ascii(floating(from.getFloat(i), integer, numeric, real, Casts.FLOAT_DIGITS, true));
     }
     if (type instanceof DecimalType decimal) {
       int precision = decimal.precision();
@@ -155,7 +171,7 @@ final class TextRow {
     boolean instant = target.equals("timestamptz");
     if (type instanceof DateType) {
       if (instant) { // Spark's cast to timestamp: the day's start in the session time zone
-        return (from, i, to) -> to.ascii(timestamp(DateTimeUtils.daysToMicros(from.getInt(i), zone), "+00"));
+        return (from, i, to) -> to.ascii(timestamp(Casts.dayStart(from.getInt(i), zone), "+00"));
       }
       return (from, i, to) -> to.ascii(date(from.getInt(i)));
     }
@@ -165,14 +181,13 @@ final class TextRow {
       }
       return (from, i, to) -> { // as Spark shows it: the wall time in the session time zone
         long micros = from.getLong(i);
-        long wall = DateTimeUtils.convertTz(micros, ZoneOffset.UTC, zone);
+        long wall = Casts.wallTime(micros, zone);
         to.ascii(timestamp(wall, offset(Math.toIntExact((wall - micros) / 1_000_000L))));
       };
     }
     if (type instanceof TimestampNTZType) {
       if (instant) { // Spark's cast to timestamp: the wall time in the session time zone
-        return (from, i, to) -> to.ascii(timestamp(DateTimeUtils.convertTz(from.getLong(i), zone, ZoneOffset.UTC),
-            "+00"));
+        return (from, i, to) -> to.ascii(timestamp(Casts.instant(from.getLong(i), zone), "+00"));
       }
       return (from, i, to) -> to.ascii(timestamp(from.getLong(i), ""));
     }
@@ -202,7 +217,7 @@ final class TextRow {
       return Math.abs(rounded) < 0x1p63 ? Long.toString((long) rounded) : new BigDecimal(rounded).toPlainString();
     }
     if (numeric) {
-      return new BigDecimal(v).round(digits).stripTrailingZeros().toString();
+      return Casts.numeric(v, digits).toString();
     }
     if (!real) {
       return single ? shortest(shortestDigits(v, true), 6) : shortest(shortestDigits(v, false), 15);
