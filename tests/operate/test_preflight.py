@@ -293,17 +293,20 @@ def test_the_version_covers_every_module_of_the_shipped_transform_package(ledger
     assert config_version(config) != version
 
 
-class _LeaderlessPartition:
-    """Kafka's offsets as KafkaOffsets gives them, with partition 2 of 4 leaderless."""
+class _Offsets:
+    """Kafka's offsets as KafkaOffsets gives them, for a topic of 4 partitions: the question
+    about all of them fails with `topic_error` (None: it is answered), one about partition 2
+    alone with LEADER_NOT_AVAILABLE."""
 
-    def __init__(self):
-        self.asked_one_by_one = []
+    def __init__(self, topic_error: int | None):
+        self.topic_error, self.asked_one_by_one = topic_error, []
 
     def partitions(self, topic: str) -> list[int]:
         return [0, 1, 2, 3]
 
     def topic_offsets(self, topic, interval_start, interval_end, start_time=None):
-        raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+        if self.topic_error is not None:
+            raise KafkaException(KafkaError(self.topic_error))
 
     def offsets(self, topic, partition, interval_start, interval_end, start_time=None):
         self.asked_one_by_one.append(partition)
@@ -312,8 +315,16 @@ class _LeaderlessPartition:
 
 
 def test_a_partition_whose_offsets_cannot_be_read_is_named_as_a_problem_a_retry_may_pass():
-    kafka = _LeaderlessPartition()
-    problems = preflight.topic_problems(pipeline_config("preflight_leaderless", "orders"), kafka)
+    config = pipeline_config("preflight_leaderless", "orders")
+    answered = _Offsets(topic_error=None)
+    assert preflight.topic_problems(config, answered) == [] and answered.asked_one_by_one == []
+
+    leaderless = _Offsets(topic_error=KafkaError.LEADER_NOT_AVAILABLE)
+    problems = preflight.topic_problems(config, leaderless)
     assert [(p.subject, p.passing) for p in problems] == [("source.topics: 'orders' partition 2", True)]
     assert problems[0].message.startswith("its offsets cannot be read: ")
-    assert kafka.asked_one_by_one == [0, 1, 2, 3]  # only once the topic's question at once failed
+    assert leaderless.asked_one_by_one == [0, 1, 2, 3]  # only once the topic's question at once failed
+
+    unanswered = _Offsets(topic_error=KafkaError._TIMED_OUT)  # no broker answers: not asked again one by one
+    problems = preflight.topic_problems(config, unanswered)
+    assert [(p.subject, p.passing) for p in problems] == [("Kafka", True)] and unanswered.asked_one_by_one == []

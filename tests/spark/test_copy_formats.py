@@ -10,11 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
-import uuid
-from contextlib import closing
 from decimal import Decimal
 
-import psycopg2
 import pytest
 from psycopg2 import sql
 from pyspark.sql import functions as F
@@ -22,6 +19,7 @@ from pyspark.sql import functions as F
 from exactly_once.catalog import column_types
 from exactly_once.db import jdbc_options
 from exactly_once.spark.copy_writer import write_copy
+from tests.spark.schemas import committed_schema
 
 ROWS = 2000
 # column, Spark type, column type
@@ -36,10 +34,13 @@ PAIRS = [
     ("dbl", "double", "double precision"),
     ("flt", "float", "real"),
     ("long_num", "bigint", "numeric"),
+    ("int_num", "int", "numeric(12,0)"),
     ("long", "bigint", "bigint"),
     ("int_long", "int", "bigint"),
     ("short_int", "smallint", "integer"),
+    ("short_long", "smallint", "bigint"),
     ("byte_short", "tinyint", "smallint"),
+    ("byte_int", "tinyint", "integer"),
     ("ts_tz", "timestamp", "timestamptz"),
     ("ts_wall", "timestamp", "timestamp"),
     ("ntz", "timestamp_ntz", "timestamp"),
@@ -47,6 +48,7 @@ PAIRS = [
     ("day", "date", "date"),
     ("txt", "string", "text"),
     ("chars", "string", "varchar(40)"),
+    ("padded", "string", "char(12)"),
     ("bytes", "binary", "bytea"),
     ("flag", "boolean", "boolean"),
 ]
@@ -76,9 +78,11 @@ def random_row(rng: random.Random, n: int) -> tuple:
     return (n, decimal(28, 10), decimal(18, 0), decimal(9, 9), decimal(15, 3), decimal(12, 0), double(),
             flt if not math.isfinite(flt) or abs(flt) < 3e38 else 1.5, double(),
             flt if not math.isfinite(flt) or abs(flt) < 3e38 else -2.5, extreme_long,
-            rng.randint(-2 ** 63, 2 ** 63 - 1), rng.randint(-2 ** 31, 2 ** 31 - 1), rng.randint(-2 ** 15, 2 ** 15 - 1),
-            rng.randint(-128, 127), instant(), instant(), instant(), instant(),
-            dt.date(1, 1, 1) + dt.timedelta(days=rng.randrange(3_652_059)), text(), text()[:40],
+            rng.randint(-2 ** 31, 2 ** 31 - 1), rng.randint(-2 ** 63, 2 ** 63 - 1), rng.randint(-2 ** 31, 2 ** 31 - 1),
+            rng.randint(-2 ** 15, 2 ** 15 - 1),
+            rng.randint(-2 ** 15, 2 ** 15 - 1), rng.randint(-128, 127), rng.randint(-128, 127),
+            instant(), instant(), instant(), instant(),
+            dt.date(1, 1, 1) + dt.timedelta(days=rng.randrange(3_652_059)), text(), text()[:40], text()[:10] + "  ",
             bytes(rng.randrange(256) for _ in range(rng.randint(0, 16))), rng.random() < 0.5)
 
 
@@ -86,19 +90,10 @@ def random_row(rng: random.Random, n: int) -> tuple:
 def tables(ledger_db):
     """Two tables of PAIRS' columns and `forced` (text), in a committed schema (the writer's
     tasks connect on their own), dropped at the end."""
-    schema = f"copy_formats_{uuid.uuid4().hex[:8]}"
     columns = ", ".join(f"{name} {kind}" for name, _, kind in PAIRS)
-    with closing(psycopg2.connect(ledger_db)) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE SCHEMA {schema}")
-        for name in ("binary", "text"):
-            cur.execute(f"CREATE TABLE {schema}.{name} (n int NOT NULL, {columns}, forced text)")
-        conn.commit()
-        try:
-            yield cur, schema
-        finally:
-            conn.rollback()
-            cur.execute(f"DROP SCHEMA {schema} CASCADE")
-            conn.commit()
+    with committed_schema(ledger_db, "copy_formats", *(f"CREATE TABLE {{schema}}.{name} (n int NOT NULL, {columns}, "
+                                                        "forced text)" for name in ("binary", "text"))) as created:
+        yield created
 
 
 def stored(cur, table: sql.Identifier) -> list[tuple]:

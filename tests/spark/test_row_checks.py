@@ -20,6 +20,7 @@ from exactly_once.db import jdbc_options
 from exactly_once.spark.copy_writer import write_staging
 from exactly_once.spark.row_checks import first_refusal, refusals
 from exactly_once.sqlstates import record_failure
+from tests.spark.schemas import committed_schema
 
 SINK = "orders"
 # Spark field, its type, the final table's column (name as the field), what Spark's JDBC writer
@@ -236,19 +237,11 @@ def tables(ledger_db):
     """Two tables with the columns of COLUMNS: one the COPY writer writes (as a staging table,
     tagged), one the INSERTs of the JDBC writer's values; in a committed schema (the writer's
     tasks connect on their own), dropped at the end."""
-    schema = f"copy_{uuid.uuid4().hex[:8]}"
-    definitions = ", ".join(f"{name} {kind}" for name, _, kind, _ in COLUMNS).format(schema=schema)
-    with closing(psycopg2.connect(ledger_db)) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE SCHEMA {schema}; CREATE DOMAIN {schema}.code AS varchar(4) NOT NULL")
-        for name in ("copied", "inserted"):
-            cur.execute(f'CREATE TABLE {schema}.{name} ("case" int, {definitions}, checkpoint_id bigint, attempt int)')
-        conn.commit()
-        try:
-            yield cur, schema
-        finally:
-            conn.rollback()
-            cur.execute(f"DROP SCHEMA {schema} CASCADE")
-            conn.commit()
+    definitions = ", ".join(f"{name} {kind}" for name, _, kind, _ in COLUMNS)
+    with committed_schema(ledger_db, "copy", "CREATE DOMAIN {schema}.code AS varchar(4) NOT NULL",
+                          *(f'CREATE TABLE {{schema}}.{name} ("case" int, {definitions}, checkpoint_id bigint, '
+                            "attempt int)" for name in ("copied", "inserted"))) as created:
+        yield created
 
 
 def stored_text(cur, table: sql.Identifier) -> list[tuple]:
