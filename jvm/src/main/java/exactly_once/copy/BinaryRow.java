@@ -68,29 +68,23 @@ final class BinaryRow implements RowFormat {
   private final Field[] fields;
   private final boolean taskColumn;
 
-  /** {@code zone}: Spark's session time zone; {@code taskColumn}: each row ends with its task attempt's id. */
-  BinaryRow(StructType schema, String[] targets, ZoneId zone, boolean taskColumn) {
-    StructField[] columns = schema.fields();
-    fields = new Field[columns.length];
-    for (int i = 0; i < columns.length; i++) {
-      fields[i] = field(columns[i].dataType(), targets[i], zone);
-      if (fields[i] == null) {
-        throw new IllegalArgumentException("binary COPY does not carry column " + columns[i].name() + ", a Spark "
-            + columns[i].dataType().simpleString() + " into PostgreSQL's " + targets[i]);
-      }
-    }
+  private BinaryRow(Field[] fields, boolean taskColumn) {
+    this.fields = fields;
     this.taskColumn = taskColumn;
   }
 
-  /** Whether the binary format carries every column. */
-  static boolean carries(StructType schema, String[] targets) {
+  /** The frame's rows in binary, or null if the binary format does not carry every column.
+   *  {@code zone}: Spark's session time zone; {@code taskColumn}: each row ends with its task attempt's id. */
+  static BinaryRow of(StructType schema, String[] targets, ZoneId zone, boolean taskColumn) {
     StructField[] columns = schema.fields();
+    Field[] fields = new Field[columns.length];
     for (int i = 0; i < columns.length; i++) {
-      if (field(columns[i].dataType(), targets[i], ZoneId.of("UTC")) == null) {
-        return false;
+      fields[i] = field(columns[i].dataType(), targets[i], zone);
+      if (fields[i] == null) {
+        return null;
       }
     }
-    return true;
+    return new BinaryRow(fields, taskColumn);
   }
 
   @Override

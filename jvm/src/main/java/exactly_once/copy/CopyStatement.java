@@ -2,6 +2,7 @@ package exactly_once.copy;
 
 import java.io.Serializable;
 import java.time.ZoneId;
+import java.time.ZoneOffset;
 import java.util.Properties;
 
 import org.apache.spark.sql.catalyst.util.DateTimeUtils;
@@ -33,7 +34,8 @@ record CopyStatement(String url, String user, String password, String table, Str
     }
     CopyStatement statement = new CopyStatement(required(options, "url"), required(options, "user"),
         options.getOrDefault("password", ""), required(options, "table"), schema, targets,
-        SQLConf.get().sessionLocalTimeZone(), taskColumn, settlement, BinaryRow.carries(schema, targets));
+        SQLConf.get().sessionLocalTimeZone(), taskColumn, settlement,
+        BinaryRow.of(schema, targets, ZoneOffset.UTC, false) != null);
     statement.rowFormat(); // refuses a column it cannot render before any task runs
     return statement;
   }
@@ -49,7 +51,7 @@ record CopyStatement(String url, String user, String password, String table, Str
   /** Binary where it carries every column (BinaryRow), else text. */
   RowFormat rowFormat() {
     ZoneId zone = DateTimeUtils.getZoneId(timeZone);
-    return binary ? new BinaryRow(schema, targets, zone, taskColumn != null)
+    return binary ? BinaryRow.of(schema, targets, zone, taskColumn != null)
         : new TextRow(schema, targets, zone, taskColumn != null);
   }
 
