@@ -23,6 +23,7 @@ from exactly_once.errors import is_retryable
 from exactly_once.kafka_client import KafkaClient
 from exactly_once.ledger.kafka_offsets import KafkaOffsets
 from exactly_once.ledger.protocol import Ledger
+from exactly_once.ledger.transactions import Transactions
 from exactly_once.ledger.versions import config_version
 from exactly_once.operate import preflight
 from exactly_once.orchestration import tasks
@@ -167,28 +168,28 @@ def test_the_transform_is_imported_once_per_version_and_tables_are_checked_on_ev
     (tmp_path / f"{module}.py").write_text("def prepare(rows):\n    return rows\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     config = make_pipeline(ledger_db, topic, transform=f"{module}:prepare")
-    connect = lambda: psycopg2.connect(ledger_db)  # noqa: E731
+    transaction = Transactions(lambda: psycopg2.connect(ledger_db)).transaction
     with KafkaOffsets(KafkaClient.at(kafka_servers)) as kafka:
-        assert preflight.require(config, kafka, connect) is True
-        assert preflight.require(config, kafka, connect) is False  # imported before, for this version
+        assert preflight.require(config, kafka, transaction) is True
+        assert preflight.require(config, kafka, transaction) is False  # imported before, for this version
 
         execute(ledger_db, f"ALTER TABLE {config.name}.latest ALTER COLUMN kafka_offset TYPE integer")
         with pytest.raises(PreflightFailed, match=r"column kafka_offset: is integer") as narrowed:
-            preflight.require(config, kafka, connect)  # a table changed after a pass is still found
+            preflight.require(config, kafka, transaction)  # a table changed after a pass is still found
         assert narrowed.value.retryable is False
         execute(ledger_db, f"ALTER TABLE {config.name}.latest ALTER COLUMN kafka_offset TYPE bigint")
 
         version = config_version(config)
         (tmp_path / f"{module}.py").write_text("def prepare(rows):\n    return rows.limit(1)\n")
         assert config_version(config) != version  # the transform's code is part of the version
-        assert preflight.require(config, kafka, connect) is True
+        assert preflight.require(config, kafka, transaction) is True
 
 
 def test_a_broker_that_does_not_answer_is_a_problem_a_retry_may_pass(ledger_db, topic):
     config = make_pipeline(ledger_db, topic)
     with KafkaOffsets(KafkaClient.at("127.0.0.1:1"), timeout=2) as nowhere, \
             pytest.raises(PreflightFailed, match=rf"- Kafka: no answer about topic {topic!r}: ") as failed:
-        preflight.require(config, nowhere, lambda: psycopg2.connect(ledger_db))
+        preflight.require(config, nowhere, Transactions(lambda: psycopg2.connect(ledger_db)).transaction)
     assert failed.value.retryable is True and is_retryable(failed.value)
 
 

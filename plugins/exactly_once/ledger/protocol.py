@@ -40,6 +40,7 @@ from exactly_once.ledger.planning import OffsetSource, PartitionOffsets, Reach, 
 from exactly_once.ledger.refusals import Fenced, NotRunnable, SentBack, StagingIncomplete, Stalled
 from exactly_once.ledger.registration import final_columns, register
 from exactly_once.ledger.rows import LedgerRows, attempt_config, registered_config
+from exactly_once.ledger.transactions import Transactions
 from exactly_once.ledger.waiting import seen_offsets
 from exactly_once.sinks.upsert import ambiguous_partitions
 
@@ -57,6 +58,7 @@ class Ledger:
                  clock: Callable[[], datetime] = _utcnow, fault: Callable[[str], None] = faults.point):
         self.config = config
         self._connect = connect
+        self.transactions = Transactions(connect)  # `rows`'s; `transactions.kept()` reuses connections
         self._clock = clock
         self.fault = fault  # a fault point's hook (exactly_once.faults), for the fault matrix and tests
 
@@ -127,8 +129,7 @@ class Ledger:
         state = State.COMMITTED if all(p.size == 0 for p in plans) else State.PLANNED
         checkpoint_id = rows.insert_checkpoint(dag_run_id, interval_start, interval_end, reach, state,
                                                now + self.config.lease, now)
-        for plan in plans:
-            rows.insert_plan(checkpoint_id, plan, now)
+        rows.insert_plans(checkpoint_id, plans, now)
         self.fault("begin.before_commit")
         return checkpoint_id
 
@@ -300,7 +301,6 @@ class Ledger:
 
     @contextmanager
     def rows(self) -> Iterator[LedgerRows]:
-        """The ledger's rows in one transaction on a connection of its own."""
-        with closing(self._connect()) as conn:
-            with conn, conn.cursor() as cur:
-                yield LedgerRows(cur, self.config)
+        """The ledger's rows in one transaction (on a connection of its own unless kept)."""
+        with self.transactions.transaction() as cur:
+            yield LedgerRows(cur, self.config)

@@ -6,11 +6,12 @@ sql/ledger.sql; nothing here decides a transition.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from psycopg2 import sql
+from psycopg2.extras import execute_batch
 
 from exactly_once.config import PipelineConfig, Sink, load_stored_config
 from exactly_once.ledger.checkpoints import Attempt, AttemptState, Checkpoint, Staged, State
@@ -212,23 +213,31 @@ class LedgerRows:
                  lease_until=lease_until, now=now)
         return self.cur.fetchone()[0]
 
-    def insert_plan(self, checkpoint_id: int, plan: PartitionPlan, now: datetime) -> None:
-        """The partition's frozen ranges, its gaps, its released ranges marked as planned
-        again (split where the cap cut one), and its frontier."""
-        where = {"pipeline": self.config.name, "topic": plan.topic, "partition": plan.partition,
-                 "checkpoint_id": checkpoint_id}
-        for r in plan.ranges:
-            self.run("insert_range", **where, from_offset=r.start, to_offset=r.end, topic_id=plan.topic_id)
-        for gap in plan.gaps:
-            self.run("insert_gap", **where, from_offset=gap.start, to_offset=gap.end, now=now)
-        left = {r.end: r.start for r in plan.left_released}  # where the cap cut a released range
-        for released in plan.released:
-            end = left.get(released.end, released.end)
-            if end < released.end:
-                self.run("split_released", **where, from_offset=released.start, to_offset=released.end, cut=end)
-            self.run("mark_replanned", **where, from_offset=released.start, to_offset=end)
-        self.run("set_frontier", **where, start_offset=plan.start_offset, frontier=plan.frontier,
-                 topic_id=plan.topic_id)
+    def insert_plans(self, checkpoint_id: int, plans: Sequence[PartitionPlan], now: datetime) -> None:
+        """Each partition's frozen ranges, its gaps, its released ranges marked as planned
+        again (split where the cap cut one), and its frontier. Sent in pages of statements
+        (`execute_batch`): 512 partitions took 1,024 round trips one by one (0.27 s of a
+        plan's 1.3 s, issue 63). A split precedes the mark of the same released range."""
+        batches: dict[str, list[dict]] = {"insert_range": [], "insert_gap": [], "split_released": [],
+                                          "mark_replanned": [], "set_frontier": []}
+        for plan in plans:
+            where = {"pipeline": self.config.name, "topic": plan.topic, "partition": plan.partition,
+                     "checkpoint_id": checkpoint_id}
+            batches["insert_range"] += [dict(where, from_offset=r.start, to_offset=r.end, topic_id=plan.topic_id)
+                                        for r in plan.ranges]
+            batches["insert_gap"] += [dict(where, from_offset=gap.start, to_offset=gap.end, now=now)
+                                      for gap in plan.gaps]
+            left = {r.end: r.start for r in plan.left_released}  # where the cap cut a released range
+            for released in plan.released:
+                end = left.get(released.end, released.end)
+                if end < released.end:
+                    batches["split_released"].append(dict(where, from_offset=released.start,
+                                                          to_offset=released.end, cut=end))
+                batches["mark_replanned"].append(dict(where, from_offset=released.start, to_offset=end))
+            batches["set_frontier"].append(dict(where, start_offset=plan.start_offset, frontier=plan.frontier,
+                                                topic_id=plan.topic_id))
+        for statement, params in batches.items():
+            execute_batch(self.cur, Q[statement], params)
 
     # -- staging ------------------------------------------------------------------------
 

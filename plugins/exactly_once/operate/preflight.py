@@ -20,7 +20,7 @@ all; the first task of every run calls `require`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import AbstractContextManager
 
 from confluent_kafka import KafkaException
 from psycopg2 import errorcodes
@@ -32,46 +32,51 @@ from exactly_once.errors import ConfigError
 from exactly_once.ledger.kafka_offsets import UNANSWERED, KafkaOffsets, KafkaRefused
 from exactly_once.ledger.registration import order_problems, structure_problems, table_subject, unique_column_sets
 from exactly_once.ledger.tables import final_table
+from exactly_once.ledger.transactions import Transactions
 from exactly_once.ledger.versions import config_version
 from exactly_once.problems import PreflightFailed, Problem
 from exactly_once.spark.transforms import find_transform
 from exactly_once.sqlfiles import named
 
 Q = named("preflight.sql")
+Transaction = Callable[[], AbstractContextManager]  # a cursor in a transaction of the pipeline database
 
 
 def check(config: PipelineConfig, kafka: KafkaOffsets | None, connect: Callable[[], object] | None
           ) -> list[Problem]:
     """Every problem of the pipeline's transform, topics (given Kafka) and tables (given the
     pipeline database); none when it may run."""
-    return [*transform_problems(config), *_source_and_sink_problems(config, kafka, connect)]
+    transaction = None if connect is None else Transactions(connect).transaction
+    return [*transform_problems(config), *_source_and_sink_problems(config, kafka, transaction)]
 
 
-def require(config: PipelineConfig, kafka: KafkaOffsets, connect: Callable[[], object]) -> bool:
+def require(config: PipelineConfig, kafka: KafkaOffsets, transaction: Transaction) -> bool:
     """The first task's check, before planning; PreflightFailed listing every problem. Topics
     and tables are checked on every run (metadata and catalog queries, beside what planning
     reads anyway); the transform's import once per configuration version, which the ledger
     remembers (a version is the configuration and the transform module's source). Returns
-    whether it imported the transform."""
+    whether it imported the transform. `transaction` gives a cursor in a transaction of the
+    pipeline database (`Ledger.transactions.transaction`: while the plan keeps connections,
+    on one of them)."""
     version = {"pipeline": config.name, "version": config_version(config)}
-    with closing(connect()) as conn, conn, conn.cursor() as cur:
+    with transaction() as cur:
         cur.execute(Q["passed"], version)
         imported_before = cur.fetchone() is not None
     transform = [] if imported_before else transform_problems(config)
-    problems = [*transform, *_source_and_sink_problems(config, kafka, connect)]
+    problems = [*transform, *_source_and_sink_problems(config, kafka, transaction)]
     if problems:
         raise PreflightFailed(config.name, problems)
     if not imported_before:
-        with closing(connect()) as conn, conn, conn.cursor() as cur:
+        with transaction() as cur:
             cur.execute(Q["record_pass"], version)
     return not imported_before
 
 
 def _source_and_sink_problems(config: PipelineConfig, kafka: KafkaOffsets | None,
-                              connect: Callable[[], object] | None) -> list[Problem]:
+                              transaction: Transaction | None) -> list[Problem]:
     problems = [] if kafka is None else topic_problems(config, kafka)
-    if connect is not None:
-        with closing(connect()) as conn, conn, conn.cursor() as cur:
+    if transaction is not None:
+        with transaction() as cur:
             for sink in config.sinks:
                 problems += table_problems(cur, config, sink)
             problems += order_problems(cur, config)

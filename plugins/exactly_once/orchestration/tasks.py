@@ -70,7 +70,8 @@ def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: da
     with run_refusals.recording(ledger.connect, ledger.config.name, run_refusals.BEGIN, unless=(Stalled,)):
         if publish_with is not None:
             publish_first(ledger, publish_with, outbox_bound)
-        return _begin_checkpoint(ledger, kafka, run_id, start, end, reach, reprocess, connect_as)
+        with ledger.transactions.kept():  # a plan's dozen transactions on one or two connections
+            return _begin_checkpoint(ledger, kafka, run_id, start, end, reach, reprocess, connect_as)
 
 
 def publish_first(ledger: Ledger, client: KafkaClient, bound: int = OUTBOX_BOUND) -> None:
@@ -101,7 +102,7 @@ def _begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: d
     ledger.refuse_if_stalled(run_id)
     if connect_as is not None:
         privileges.require(ledger.config, connect_as)
-    imported = preflight.require(ledger.config, kafka, ledger.connect)
+    imported = preflight.require(ledger.config, kafka, ledger.transactions.transaction)
     log.info("preflight: pipeline %r is ready%s", ledger.config.name,
              " (its transform imports: checked once for this configuration version)" if imported else "")
     begun = ledger.begin(run_id, start, end, kafka, reach)
