@@ -4,9 +4,12 @@ loses its Python worker, and the next probe's tasks get fresh ones, which prepar
 UDF's evaluation needs (pyarrow, for an Arrow-optimized one). In one warm
 application (local[2]) over 900,000 cached rows in 6 partitions, each round probes (into the
 noop sink) a part holding a row the UDF raises on, then a passing part, then another
-passing part, for both kinds of UDF in turn; prints medians and every round. Figures, not tests.
+passing part, for both kinds of UDF in turn; prints medians and every round. Once with
+PySpark's daemon of Python workers, once with the warm daemon a local job of the pipeline
+gets (`exactly_once.spark.warm_daemon`: pandas and pyarrow imported before it forks a
+worker), each in an application of its own. Figures, not tests.
 
-    ./dev setup && .venv/bin/python -m tests.benchmarks.udf_workers
+    ./dev setup && PYTHONPATH=plugins .venv/bin/python -m tests.benchmarks.udf_workers
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from exactly_once.spark.warm_daemon import DAEMON_MODULE
+from exactly_once.spark.warm_daemon import MODULE as WARM
 from exactly_once_stack.settings import SPARK_MASTER, process_environment
 
 ROWS, PARTITIONS, ROUNDS = 900_000, 6, 8
@@ -42,7 +47,13 @@ def seconds(frame: DataFrame) -> float:
 
 def main() -> None:
     os.environ.update(process_environment())
-    spark = SparkSession.builder.master(SPARK_MASTER).appName("udf workers benchmark").getOrCreate()
+    for daemon in ("pyspark.daemon", WARM):
+        measure(daemon)
+
+
+def measure(daemon: str) -> None:
+    spark = (SparkSession.builder.master(SPARK_MASTER).appName("udf workers benchmark")
+             .config(DAEMON_MODULE, daemon).getOrCreate())
     try:
         rows = spark.range(0, ROWS, 1, PARTITIONS).select(
             F.col("id").alias("offset"),
@@ -62,8 +73,9 @@ def main() -> None:
                 figures[name]["failing"].append(seconds(probe(udf, 0)))
                 figures[name]["passing, after a failing one"].append(seconds(probe(udf, 20_000 + round_ * 100)))
                 figures[name]["passing, after a passing one"].append(seconds(probe(udf, 40_000 + round_ * 100)))
-        print(f"{ROWS:,} cached rows in {PARTITIONS} partitions, Spark {SPARK_MASTER}, {os.cpu_count()} cores; "
-              f"probes of 11 rows into the noop sink; medians of {ROUNDS} rounds [each round]\n")
+        print(f"\n{ROWS:,} cached rows in {PARTITIONS} partitions, Spark {SPARK_MASTER}, {os.cpu_count()} cores, "
+              f"Python workers from {daemon}; probes of 11 rows into the noop sink; medians of {ROUNDS} rounds "
+              "[each round]\n")
         print("| the UDF | probe | seconds |\n|---|---|---:|")
         for name, probes in figures.items():
             for probe_kind, values in probes.items():

@@ -29,11 +29,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg2
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from exactly_once.errors import JobFailure
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.refusals import Fenced
+from exactly_once.spark import warm_daemon
 from exactly_once.spark.increment import execute_attempt
 from exactly_once.spark.report import write_failure, write_report
 from exactly_once.spark.settings import JobSettings
@@ -67,7 +69,7 @@ def run(arguments: list[str]) -> int:
     name = f"{args.pipeline} checkpoint {args.checkpoint_id}/{args.attempt}"
     try:
         with server_gone_is_retryable(settings.spark_remote if args.connect_artifacts else None):
-            spark = SparkSession.builder.appName(name).getOrCreate() if args.connect_artifacts is None else \
+            spark = submitted_session(name) if args.connect_artifacts is None else \
                 connect_session(settings.spark_remote, name, args.connect_artifacts)
             try:
                 report = execute_attempt(spark, ledger, args.checkpoint_id, args.attempt, args.token.read_text(),
@@ -109,6 +111,15 @@ def _unavailable(error: Exception) -> bool:
     """Whether a Spark Connect client's error is gRPC's UNAVAILABLE: no server answered."""
     code = getattr(error, "getGrpcStatusCode", None)
     return (code is not None and str(code()).endswith("UNAVAILABLE")) or "StatusCode.UNAVAILABLE" in str(error)
+
+
+def submitted_session(name: str) -> SparkSession:
+    """The session of a job spark-submit started, whose settings (the master, ...) are the
+    JVM's, read before the context starts: a local one's Python workers come from the warm
+    daemon where they can import it (`exactly_once.spark.warm_daemon`)."""
+    SparkContext._ensure_initialized()  # the gateway spark-submit started, holding its settings
+    return SparkSession.builder.appName(name).config(map=warm_daemon.settings(dict(SparkConf().getAll()))) \
+        .getOrCreate()
 
 
 def connect_session(url: str, name: str, archive: Path) -> SparkSession:
