@@ -1,9 +1,11 @@
 """The ledger's transactions (exactly_once.ledger.transactions) on the real pipeline database:
 while kept, a transaction takes the connection an earlier one left idle; one inside another
-gets its own; one that raises is rolled back and its connection closed; every connection is
-closed once no longer kept."""
+gets its own; one that raises is rolled back and its connection closed; an idle one the
+server closed is replaced; every connection is closed once no longer kept."""
 
 from __future__ import annotations
+
+from contextlib import closing
 
 import psycopg2
 import pytest
@@ -73,6 +75,19 @@ def test_a_transaction_that_raises_is_rolled_back_and_its_connection_not_reused(
             cur.execute("SELECT pg_catalog.to_regclass('public.transactions_raised')")
             assert cur.fetchone()[0] is None
         assert len(connections) == 2
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_by_a_new_one(opened, ledger_db):
+    connections, transactions = opened
+    with transactions.kept():
+        with transactions.transaction() as cur:
+            first = _pid(cur)
+        with closing(psycopg2.connect(ledger_db)) as other, other, other.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s, 10000)", (first,))  # waits until it is gone
+            assert cur.fetchone()[0] is True
+        with transactions.transaction() as cur:
+            assert _pid(cur) != first
+        assert connections[0].closed and len(connections) == 2
 
 
 def test_without_keeping_each_transaction_has_a_connection_closed_after_it(opened):

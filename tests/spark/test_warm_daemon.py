@@ -1,7 +1,8 @@
 """The warm daemon of Python workers (exactly_once.spark.warm_daemon, issue 63): a job
 spark-submitted to a local master gets its Python workers from it, with pyarrow imported
 before a UDF asks for it, and a worker lost to a UDF raising is replaced by another of
-its forks; it is named only where the workers are sure to import it."""
+its forks, which imports the package from the job's code archive; it is named only where the
+workers are sure to import it."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def daemon(_):
     forker = f"/proc/{os.getppid()}"  # the process that forked this worker
     with open(f"{forker}/cmdline", "rb") as cmdline:
         return json.dumps([cmdline.read().decode().split(chr(0)), "pyarrow" in sys.modules,
-                           len(os.listdir(f"{forker}/task"))])
+                           len(os.listdir(f"{forker}/task")), "exactly_once" in sys.modules])
 
 
 def raises(_):
@@ -62,8 +63,9 @@ def test_a_local_job_gets_its_workers_from_the_warm_daemon_with_pyarrow_imported
     probe = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("PROBE "))[6:])
     assert probe["setting"] == MODULE and probe["raised"] is True
     for asked in (probe["first"], probe["after"]):  # before and after a worker was lost to the UDF raising
-        command, pyarrow, threads = json.loads(asked)
+        command, pyarrow, threads, package = json.loads(asked)
         assert command[1:3] == ["-m", MODULE] and pyarrow is True
+        assert package is False  # a worker imports the package from the job's code archive, not the daemon's
         assert threads == 1  # as PySpark's own daemon: no thread of a library runs when it forks
 
 
@@ -105,12 +107,20 @@ def test_the_daemon_is_named_for_a_local_master_whose_workers_import_it(installe
 @pytest.mark.parametrize("conf, environment, why", [
     ({"spark.master": "spark://127.0.0.1:7077"}, OURS, "a cluster's executors may not have the package"),
     ({"spark.master": "yarn"}, OURS, "a cluster's executors may not have the package"),
+    ({"spark.master": "local-cluster[2,1,1024]"}, OURS, "executors of their own"),
     ({**LOCAL, DAEMON_MODULE: "custom.daemon"}, OURS, "the job's settings name a daemon of their own"),
     ({**LOCAL, "spark.pyspark.python": "/usr/bin/env"}, OURS, "the workers run another interpreter"),
     (LOCAL, {"PYSPARK_PYTHON": "/usr/bin/env"}, "the workers run another interpreter"),
 ])
 def test_no_daemon_is_named_where_the_workers_may_not_import_it(installed, conf, environment, why):
     assert settings(conf, environment, [installed]) == {}, why
+
+
+def test_no_daemon_is_named_for_another_virtual_environment_of_the_same_python(installed, tmp_path):
+    other = tmp_path / "venv" / "bin"
+    other.mkdir(parents=True)
+    (other / "python").symlink_to(sys.executable)  # what `python -m venv` makes: a link to the same Python
+    assert settings(LOCAL, {"PYSPARK_PYTHON": str(other / "python")}, [installed]) == {}
 
 
 def test_no_daemon_is_named_when_the_package_is_only_in_the_code_archive_or_lacks_it(installed, tmp_path):

@@ -236,7 +236,7 @@ class LedgerRows:
                 batches["mark_replanned"].append(dict(where, from_offset=released.start, to_offset=end))
             batches["set_frontier"].append(dict(where, start_offset=plan.start_offset, frontier=plan.frontier,
                                                 topic_id=plan.topic_id))
-        for statement, params in batches.items():
+        for statement, params in batches.items():  # a page joins them with ";": none may end in a comment
             execute_batch(self.cur, Q[statement], params)
 
     # -- staging ------------------------------------------------------------------------

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import psycopg2
+
 
 class Transactions:
     def __init__(self, connect: Callable[[], object]):
@@ -19,7 +21,7 @@ class Transactions:
         """A cursor in a transaction of its own, committed when the block ends, rolled back
         if it raises. A transaction inside another gets a connection of its own."""
         idle = self._idle
-        conn = idle.pop() if idle else self._connect()
+        conn = _alive(idle) or self._connect()
         ended = False
         try:
             with conn, conn.cursor() as cur:
@@ -34,7 +36,8 @@ class Transactions:
 
     @contextmanager
     def kept(self) -> Iterator[None]:
-        """Inside, a transaction takes an idle connection if there is one; all are closed after."""
+        """Inside, a transaction takes an idle connection if there is one that still answers;
+        all are closed after. One thread's: the idle connections are not locked."""
         if self._idle is not None:  # an outer block keeps them
             yield
             return
@@ -45,3 +48,18 @@ class Transactions:
             idle, self._idle = self._idle, None
             for conn in idle:
                 conn.close()
+
+
+def _alive(idle: list | None):
+    """An idle connection that answers (its transaction begun), or None: a server restarted, or
+    a pooler's idle timeout, while it waited would otherwise fail the transaction taking it
+    (a recovery's commit counts such a failure towards a stall) where a new one would not."""
+    while idle:
+        conn = idle.pop()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+            return conn
+        except psycopg2.Error:
+            conn.close()
+    return None

@@ -33,14 +33,17 @@ THREADS = "/proc/self/task"  # Linux: one entry per thread of the process
 def settings(conf: Mapping[str, str], environment: Mapping[str, str] = os.environ,
              path: list[str] | None = None) -> dict[str, str]:
     """The Spark setting that makes this module the daemon, given the job's Spark `conf` (before
-    its context starts): for a local master whose Python workers run this interpreter, when
-    the package is importable from a directory of the interpreter's path (not only from the
-    code archive, a zip). Not for a cluster's executors, whose Python may not have it, nor when
-    the job's settings name a daemon already."""
-    if not conf.get("spark.master", "").startswith("local") or DAEMON_MODULE in conf:
+    its context starts): for a local master (`local`, `local[N]`) on Linux whose Python workers
+    run this interpreter's environment (the same `bin` folder: two virtual environments of one
+    Python are not the same), when the package is importable from a folder of its path (not
+    only from the code archive, a zip). Not for a cluster's executors, whose Python may not
+    have it, nor when the job's settings name a daemon already."""
+    master = conf.get("spark.master", "")
+    if not (master == "local" or master.startswith("local[")) or DAEMON_MODULE in conf \
+            or not os.path.isdir(THREADS):
         return {}
     python = conf.get("spark.pyspark.python") or environment.get("PYSPARK_PYTHON") or "python3"
-    if os.path.realpath(shutil.which(python) or python) != os.path.realpath(sys.executable):
+    if _environment(shutil.which(python) or python) != _environment(sys.executable):
         return {}
     folders = [p for p in (sys.path if path is None else path) if p and os.path.isdir(p)]
     package = PathFinder.find_spec("exactly_once", folders)
@@ -48,6 +51,12 @@ def settings(conf: Mapping[str, str], environment: Mapping[str, str] = os.enviro
                                   for where in package.submodule_search_locations or ()):
         return {}
     return {DAEMON_MODULE: MODULE}
+
+
+def _environment(python: str) -> str:
+    """The folder an interpreter runs from, its links resolved but its own: a virtual
+    environment's `bin/python` links to the Python it was made from, which has other packages."""
+    return os.path.realpath(os.path.dirname(os.path.abspath(python)))
 
 
 def _preload() -> bool:
@@ -60,18 +69,28 @@ def _preload() -> bool:
         for module in PRELOADED:
             with suppress(ImportError):  # without pandas and pyarrow no UDF is Arrow-optimized
                 importlib.import_module(module)
+    except Exception:  # a broken build (numpy's dtype size changed, ...): PySpark's daemon fails only Arrow UDFs
+        return False
     finally:
         for name, value in saved.items():  # the workers' environment is Spark's
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    return os.path.isdir(THREADS) and len(os.listdir(THREADS)) == 1
+    return len(os.listdir(THREADS)) == 1
+
+
+def _forget_the_package() -> None:
+    """Starting this module imported `exactly_once` from the installed folder; a worker must
+    import it from the job's code archive, which it puts on its path, as PySpark's daemon's do."""
+    for name in [name for name in sys.modules if name == "exactly_once" or name.startswith("exactly_once.")]:
+        del sys.modules[name]
 
 
 if __name__ == "__main__":
     if not _preload():  # a thread of some library runs: PySpark's own daemon, as if this one were not named
         os.execv(sys.executable, [sys.executable, "-m", "pyspark.daemon", *sys.argv[1:]])
+    _forget_the_package()
     from pyspark import daemon
 
     daemon.manager()
