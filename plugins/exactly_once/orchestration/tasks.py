@@ -70,7 +70,7 @@ def begin_checkpoint(ledger: Ledger, kafka: KafkaOffsets, run_id: str, start: da
     with run_refusals.recording(ledger.connect, ledger.config.name, run_refusals.BEGIN, unless=(Stalled,)):
         if publish_with is not None:
             publish_first(ledger, publish_with, outbox_bound)
-        with ledger.transactions.kept():  # a plan's dozen transactions on one or two connections
+        with ledger.transactions.kept():  # a plan's dozen transactions on one connection
             return _begin_checkpoint(ledger, kafka, run_id, start, end, reach, reprocess, connect_as)
 
 
