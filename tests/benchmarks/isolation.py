@@ -49,7 +49,7 @@ from tests.benchmarks.spark_app import increment_job
 from tests.benchmarks.throughput import PER_TRANSACTION
 
 TRANSFORM = "tests.benchmarks.raising:prepare_raising"
-PROBE = re.compile(r"exactly_once\.spark\.staging: probe: ")
+PROBE = re.compile(r"exactly_once\.spark\.(staging|rows_step): probe: ")  # a probe's job, or a sweep's
 
 
 def raising_at(orders: int, k: int) -> set[int]:

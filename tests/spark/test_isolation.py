@@ -1,6 +1,7 @@
-"""Record isolation, pure: the bisection and the search by failed tasks find exactly the
-offsets whose records fail on their own, within their limits, and say so when none does;
-and Spark puts each piece in the partition of its index."""
+"""Record isolation, pure: the bisection, the search by failed tasks and the sweep find exactly
+the offsets whose records fail on their own, within their limits, and say so when none does;
+and, in Spark, each piece is in the partition of its index and a sweep names every task that
+fails, with the message a failed job gives."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import psycopg2
 import pytest
 
 from exactly_once.ledger.planning import OffsetRange
-from exactly_once.spark.isolation import (Budget, Located, NotIsolated, Unlocated, halves, locate_failing, narrow, pieces,
-                                          size, without)
+from exactly_once.spark.isolation import (SWEPT_TASKS, Budget, Located, NotIsolated, Unlocated, halves, locate_failing,
+                                          narrow, pieces, size, sweep_failing, without)
 from exactly_once.sqlstates import record_failure
 
 RANGES = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 40, 47), OffsetRange("t", 2, 5, 5)]
@@ -192,6 +193,118 @@ def test_located_isolation_keeps_its_limits():
         locate_failing(RANGES, locator(bad), prober(bad), k=4, budget=Budget(max_isolated=3))
     with pytest.raises(NotIsolated, match="within 3 probes"):
         locate_failing(RANGES, locator({(0, 99): "bad"}), prober({(0, 99): "bad"}), k=4, budget=Budget(max_probes=3))
+
+
+def sweeper(bad: dict[tuple[int, int], str], calls: list | None = None):
+    """A sweep: every piece holding a bad offset fails, with its first one's reason."""
+    def sweep(split):
+        if calls is not None:
+            calls.append(split)
+        assert len(split) <= SWEPT_TASKS
+        return {i: why for i, part in enumerate(split) if (why := prober(bad)(part)) is not None}
+    return sweep
+
+
+def test_a_sweep_finds_every_failing_offset_in_a_few_jobs_however_many_fail():
+    big = [OffsetRange("t", 0, 0, 1_000_000), OffsetRange("t", 1, 0, 5)]
+    bad = {(0, o): f"bad {o}" for o in (7, 8, 123_456, 500_000, 999_999)} | {(1, 4): "last"}
+    calls, budget = [], Budget()
+    found = sweep_failing(big, sweeper(bad, calls), budget=budget)
+    assert found == {OffsetRange("t", p, o, o + 1): why for (p, o), why in bad.items()} == budget.found
+    assert len(calls) <= 8 and budget.jobs == len(calls)  # levels, not jobs a record (7 and 8: one piece to 2 offsets)
+    one = []
+    assert sweep_failing([OffsetRange("t", 0, 41, 42)], sweeper({(0, 41): "alone"}, one)) == {
+        OffsetRange("t", 0, 41, 42): "alone"}
+    assert one == [[[OffsetRange("t", 0, 41, 42)]]]
+
+
+def test_a_sweep_leaves_out_what_fails_only_together_and_keeps_its_limits():
+    def together(split):  # fails whenever offsets 3 and 4 of partition 0 are in one piece
+        return {i: "two together" for i, part in enumerate(split)
+                if any(r.partition == 0 and r.start <= 3 and r.end >= 5 for r in part)}
+    assert sweep_failing(RANGES, together) == {}
+    every = {(0, o): "bad" for o in range(100)}
+    with pytest.raises(NotIsolated, match=r"more than 3 records"):
+        sweep_failing(RANGES, sweeper(every), budget=Budget(max_isolated=3))  # each job within SWEPT_TASKS
+    with pytest.raises(NotIsolated, match="within 1 probes"):  # 107 offsets: 16 pieces, then each of theirs
+        sweep_failing(RANGES, sweeper({(0, 99): "bad"}), budget=Budget(max_probes=1))
+    with pytest.raises(Unlocated):
+        sweep_failing(RANGES, lambda split: (_ for _ in ()).throw(Unlocated("no tasks named")))
+    levels = []
+
+    def lost_after_the_first(split):  # the records of partition 1 fail alone; then no job names its tasks
+        levels.append(split)
+        if len(levels) > 1:
+            raise Unlocated("no tasks named")
+        return sweeper({(1, 44): "found", (0, 3): "next"})(split)
+    # 31 offsets in 16 pieces: the first, (1, 44), alone; (0, 3) in a piece of two
+    found = sweep_failing([OffsetRange("t", 1, 44, 45), OffsetRange("t", 0, 0, 30)], lost_after_the_first)
+    assert found == {OffsetRange("t", 1, 44, 45): "found"}  # what it found, the rest left to the next round
+
+
+def test_a_sweep_names_every_task_that_fails_with_a_failed_jobs_message_and_plans_nothing_else(spark):
+    from pyspark.sql import functions as F
+
+    from exactly_once.spark.spread import spread
+    from exactly_once.spark.task_failures import ADAPTIVE, task_failures
+
+    @F.udf("long")
+    def priced(offset):
+        if offset in (5, 1500, 1501, 2999):
+            raise ValueError(f"cannot price {offset}")
+        return offset
+
+    records = spark.range(0, 3000).select(F.lit("t").alias("topic"), F.lit(0).alias("partition"),
+                                          F.col("id").alias("offset"), F.lit(None).cast("string").alias("reason"))
+    split = pieces([OffsetRange("t", 0, 0, 3000)], 8)
+
+    def step(frame):
+        return frame.select("offset", priced("offset").alias("price"))
+    adaptive = spark.conf.get(ADAPTIVE)
+    failed = task_failures(step(spread(records, split)), len(split))
+    assert sorted(failed) == [0, 4, 7]  # 1500 and 1501 in one piece; every task ran
+    assert spark.conf.get(ADAPTIVE) == adaptive
+    with pytest.raises(Exception) as job:
+        step(records.where("offset = 1500")).write.format("noop").mode("overwrite").save()
+    assert str(failed[4]).splitlines()[-1] == str(job.value).splitlines()[-1]
+    assert "ValueError: cannot price 1500" in str(failed[4]).splitlines()[-1]
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    assert task_failures(step(spread(records, split)).groupBy("price").count(), len(split)) is None  # a shuffle more
+    assert task_failures(step(records), 2) is None  # no spread
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs  # nothing ran
+
+
+def test_the_writes_first_pass_names_every_partition_of_the_cached_records_that_fails_and_caches_the_rest(spark):
+    from pyspark.sql import functions as F
+
+    from exactly_once.spark.task_failures import task_failures_over
+
+    @F.udf("long")
+    def priced(offset):
+        if offset in (5, 2400):
+            raise ValueError(f"cannot price {offset}")
+        return offset
+
+    def partitions_cached() -> int:
+        return sum(info.numCachedPartitions() for info in spark.sparkContext._jsc.sc().getRDDStorageInfo())
+
+    # two columns, as the records always have more than one: over a cache of one column alone,
+    # this machine's Spark 4.2 hung on a UDF that raises, a plain job's too
+    records = spark.range(0, 3000, numPartitions=4).select(F.col("id").alias("offset"),
+                                                           F.lit(None).cast("string").alias("reason")).persist()
+    records.count()
+    checked = records.select("offset", priced("offset").alias("price")).persist()
+    try:
+        before = partitions_cached()
+        failed = task_failures_over(checked, records)
+        assert sorted(failed) == [0, 3]  # the partitions of offsets 5 and 2400: every task ran
+        assert "ValueError: cannot price 2400" in str(failed[3]).splitlines()[-1]
+        assert partitions_cached() == before + 2  # the rows of the two that passed
+        assert task_failures_over(records.select("offset").repartition(4), records) is None  # a shuffle of its own
+        assert task_failures_over(records.coalesce(2), records) is None  # tasks reading other partitions
+    finally:
+        checked.unpersist()
+        records.unpersist()
 
 
 def test_each_piece_lands_in_the_spark_partition_of_its_index(spark):

@@ -1,0 +1,73 @@
+"""The first step of an attempt's staging write, the transform and the row checks, run to the
+end of every Spark task where the driver's JVM can run it so (exactly_once.spark.task_failures):
+over the cached records into the checked rows' cache, naming every task that fails; over pieces
+of the records for record isolation's sweeps; and, elsewhere, as a probe into Spark's noop sink."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame
+
+from exactly_once.catalog import ColumnType
+from exactly_once.config import PipelineConfig
+from exactly_once.ledger.planning import OffsetRange
+from exactly_once.ledger.tables import DEAD_LETTERS
+from exactly_once.spark.frames import AttemptFrames, SetAside, checked_rows, with_set_aside
+from exactly_once.spark.isolation import ROWS, Unlocated
+from exactly_once.spark.spread import spread
+from exactly_once.spark.step_failed import StepFailed
+from exactly_once.spark.task_failures import task_failures, task_failures_over
+from exactly_once.sqlstates import record_failure
+
+log = logging.getLogger(__name__)
+
+
+def check(frames: AttemptFrames, records: DataFrame, transform: str | None) -> None:
+    """The checked rows computed into their cache, every task over the cached `records` to its
+    end where the driver's JVM can run them so (not over Spark Connect, nor for a transform
+    with a shuffle of its own: the refusals' count computes them then); `StepFailed` naming
+    every task that failed, with why the first did (one whose error is not a record's first)."""
+    try:
+        failed = task_failures_over(frames.checked, records)
+    except Exception as error:
+        raise StepFailed(DEAD_LETTERS, error, transform, ROWS) from error
+    if failed:
+        index = min(failed, key=lambda i: (record_failure(failed[i]) is not None, i))
+        raise StepFailed(DEAD_LETTERS, failed[index], transform, ROWS, tasks=sorted(failed)) from failed[index]
+
+
+def sweep(parsed: DataFrame, set_aside: SetAside, split: list[list[OffsetRange]], config: PipelineConfig,
+          columns: Mapping[str, list[ColumnType]]) -> dict[int, str]:
+    """The step over the pieces at once, piece i in Spark task i, every task to its end: why each
+    piece that fails does, by index; `Unlocated` where the tasks are not the pieces, or a job
+    failed because of records without saying which. An error no record causes is raised."""
+    started = time.monotonic()
+    checked = checked_rows(with_set_aside(spread(parsed, split), set_aside), config, columns)
+    try:
+        errors = task_failures(checked, len(split))
+    except Exception as error:
+        if record_failure(error) is None:
+            raise
+        raise Unlocated(str(error)) from error
+    if errors is None:
+        raise Unlocated("the step's tasks are not the pieces")
+    why = {}
+    for index, error in errors.items():
+        failed = StepFailed(DEAD_LETTERS, error, config.transform, ROWS)
+        if failed.reason is None:
+            raise error
+        why[index] = failed.reason
+    log.info("probe: a sweep of %d pieces, %d failing (%.1f s)", len(split), len(why), time.monotonic() - started)
+    return why
+
+
+def check_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]]) -> None:
+    """The checked rows computed as the write's cache of them computes them (every column a
+    sink reads, by the transform, and the row checks), into Spark's noop sink; `StepFailed`."""
+    try:
+        checked_rows(parsed, config, columns).write.format("noop").mode("overwrite").save()
+    except Exception as error:
+        raise StepFailed(DEAD_LETTERS, error, config.transform, ROWS) from error
