@@ -31,7 +31,9 @@ def task_failures(frame: DataFrame, pieces: int) -> dict[int, Exception] | None:
 
 def task_failures_over(frame: DataFrame, cached: DataFrame) -> dict[int, Exception] | None:
     """`task_failures` of a frame whose task i reads partition i of the `cached` frame's cache
-    and no other (no shuffle); a frame itself cached is computed into its cache."""
+    and no other (no shuffle); a frame itself cached is computed into its cache. A cached
+    frame's plan is adaptive (cached before this turns that off), so a shuffle of its own is
+    found only after its stages below it ran (reused by its later jobs): None, or their error."""
     return _swept(frame, lambda failures: failures.over(frame._jdf, cached._jdf))
 
 

@@ -38,7 +38,9 @@ import scala.reflect.ClassTag$;
  * a job that fails stops at the first.
  *
  * <p>Only the last attempt Spark allows a task keeps its error (`spark.task.maxFailures`, 1 on a
- * local master): an earlier one fails, and Spark runs the task again, as before. A lost shuffle
+ * local master): an earlier one fails, and Spark runs the task again, as before. Attempts are
+ * counted as a task sees them, speculative and killed ones included, so an error may be kept
+ * where Spark, which counts only failures, would have run the task once more. A lost shuffle
  * and a killed task always fail their attempt. An error Java cannot carry to the driver fails its
  * task too; one the driver cannot read back gives null, as if no task could be named. Frames are
  * planned without adaptive execution (the caller's setting), whose stages below a shuffle would
@@ -66,7 +68,9 @@ public final class TaskFailures {
    * nothing, unless task i reads partition i of the cached records and no other: no shuffle,
    * each partition carried through one-to-one steps from the cache's. A frame itself cached
    * is computed into its cache (its batches, not read back as rows), the tasks that raise left
-   * out.
+   * out. (A cached frame's plan was made adaptive when it was cached: a shuffle of its own is
+   * seen only in its RDDs, after its stages below the shuffle ran, whose output the frame's
+   * later jobs reuse; null then, or their error.)
    */
   public static List<Object[]> over(Dataset<Row> frame, Dataset<Row> cached) {
     SparkPlan plan = frame.queryExecution().executedPlan();
@@ -85,7 +89,7 @@ public final class TaskFailures {
     for (Object[] result : new Outcomes(rows, maxFailures).toJavaRDD().collect()) {
       try {
         failed.add(new Object[] {result[0], deserialized((byte[]) result[1])});
-      } catch (IOException | ClassNotFoundException unreadable) {
+      } catch (IOException | ClassNotFoundException | RuntimeException unreadable) {
         return null;
       }
     }
@@ -231,8 +235,12 @@ public final class TaskFailures {
   private static Throwable deserialized(byte[] bytes) throws IOException, ClassNotFoundException {
     try (ObjectInputStream in = new ObjectInputStream(new ByteArrayInputStream(bytes)) {
       @Override
-      protected Class<?> resolveClass(ObjectStreamClass described) throws ClassNotFoundException {
-        return Class.forName(described.getName(), false, Utils.getContextOrSparkClassLoader());
+      protected Class<?> resolveClass(ObjectStreamClass described) throws IOException, ClassNotFoundException {
+        try {
+          return Class.forName(described.getName(), false, Utils.getContextOrSparkClassLoader());
+        } catch (ClassNotFoundException notThere) {  // a primitive type's, say
+          return super.resolveClass(described);
+        }
       }
     }) {
       return (Throwable) in.readObject();
