@@ -47,7 +47,7 @@ def orders_with_a_udf():  # the demo DAG, with the demo's UDF variant
 DAG = orders_with_a_udf()
 DAG.get_task("increment").retry_delay = timedelta(seconds=3)  # the test's retry need not wait 30 s
 '''
-POINT = "increment.wrote.orders"  # the attempt's first sink is staged; the others are still to write
+POINT = "increment.before_write"  # the attempt's records are read and cached; nothing is staged yet
 
 
 @pytest.fixture(scope="module")

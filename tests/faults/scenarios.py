@@ -56,7 +56,8 @@ def _staged_rows(world: World, checkpoint: int, attempt: int) -> int:
 
 
 def spark_killed_mid_write(world: World) -> Findings:
-    """a. spark-submit (JVM and Python driver) SIGKILLed after one sink's staging rows are written."""
+    """a. spark-submit (JVM and Python driver) SIGKILLed once the attempt's staging rows are
+    written (its tables at once; the fault point of one of them)."""
     point = f"increment.wrote.{random.Random(world.seed).choice([DEAD_LETTERS, 'orders', 'sku_minute_totals'])}"
     found, run = _retried(world, "increment", f"{point}=sleep:120",
                           (point, lambda r: world.signal_attempt(r.checkpoint, 1, signal.SIGKILL)))
@@ -213,11 +214,11 @@ def zombie_attempt(world: World, reprocess: bool = False) -> Findings:
 
 def worker_killed_mid_write(world: World) -> Findings:
     """p. On the standalone cluster, a worker and its executor SIGKILLed once the attempt's
-    first sink is staged: the executor held part of the attempt's cached records, which
-    Spark reads again from Kafka for the other sinks, on the worker left."""
+    records are read and cached, before any is staged: the executor held part of the cached
+    records, which Spark reads again from Kafka for the staging writes, on the worker left."""
     found = Findings()
     world.produce(ORDERS)
-    point, killed = "increment.wrote.orders", []
+    point, killed = "increment.before_write", []
     run = world.run(faults={("increment", 1): f"{point}=sleep:3"},
                     when={("increment", 1): (point, lambda r: killed.extend(spark_cluster.kill_a_worker()))})
     spark_cluster.start("standalone")  # the killed worker again, for what follows
@@ -227,10 +228,10 @@ def worker_killed_mid_write(world: World) -> Findings:
 
 
 def connect_server_restarted(world: World) -> Findings:
-    """r. The Spark Connect server restarted once the attempt's first sink is staged: the
+    """r. The Spark Connect server restarted once the attempt's records are read and cached: the
     attempt fails (its session and cached records are gone with the server), a retry on
     the new server commits."""
-    point = "increment.wrote.orders"
+    point = "increment.before_write"
     found, run = _retried(world, "increment", f"{point}=sleep:1",
                           (point, lambda r: (spark_cluster.stop("connect"), spark_cluster.start("connect"))))
     _expect_attempts(found, world, run.checkpoint, ["aborted", "committed"])

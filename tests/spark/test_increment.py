@@ -102,6 +102,42 @@ def test_staging_equals_the_oracle_for_every_sink_mode_and_names_each_bad_record
     pipeline.assert_exact()
 
 
+def test_a_table_whose_write_fails_beside_the_others_is_written_again_alone_each_row_once(spark, pipeline):
+    """The staging tables are written at once. The first COPY into `events` is refused (by a
+    trigger, once: a failure no record causes) while the other tables' writes commit: `events`
+    is written again alone, and what its failed job's tasks committed goes, so pre-commit
+    counts each row once and staging is the oracle's."""
+    pipeline.produce(workload(0))
+    checkpoint = pipeline.begin().checkpoint
+    token = pipeline.ledger.start_attempt(checkpoint.id).attempt
+    copies = f"public.{pipeline.config.name}_events_copies"
+    with closing(psycopg2.connect(pipeline.db_url)) as conn, conn, conn.cursor() as cur:
+        cur.execute(f"""
+            CREATE SEQUENCE {copies};
+            CREATE FUNCTION {copies}_refused_once() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+            BEGIN
+              IF nextval('{copies}') = 1 THEN RAISE EXCEPTION 'the first COPY into events is refused'; END IF;
+              RETURN NULL;
+            END $$;
+            CREATE TRIGGER refused_once BEFORE INSERT ON {qualified(staging_table(pipeline.config, 'events'))}
+              FOR EACH STATEMENT EXECUTE FUNCTION {copies}_refused_once();""")
+    try:
+        committable, report = attempt(spark, pipeline, checkpoint.id, token)  # pre-commit counts every table
+        found = staged(pipeline, checkpoint.id)
+        assert {k: v for k, v in found.items() if k != "dead_letters"} == expected_staging(
+            pipeline, in_ranges(pipeline, checkpoint), token)
+        assert len(found["dead_letters"]) == 2 and committable.staged["events"].rows == 14
+        with closing(psycopg2.connect(pipeline.db_url)) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT last_value FROM {copies}")
+            assert cur.fetchone()[0] >= 2  # the refused COPY, then those of the write again
+        assert pipeline.ledger.commit(checkpoint.id) is Outcome.COMMITTED
+        pipeline.assert_exact()
+    finally:
+        with closing(psycopg2.connect(pipeline.db_url)) as conn, conn, conn.cursor() as cur:
+            cur.execute(f"DROP TRIGGER refused_once ON {qualified(staging_table(pipeline.config, 'events'))}; "
+                        f"DROP FUNCTION {copies}_refused_once(); DROP SEQUENCE {copies}")
+
+
 def test_ranges_ending_on_markers_or_holding_only_aborted_records_finish_with_no_rows(spark, pipeline):
     pipeline.produce([(False, [(p, b"k", b'{"id": "x", "k": "k", "n": 1}') for p in (0, 1, 2)]),
                       (True, [(0, b"k", b'{"id": "y", "k": "k", "n": 2}')]),

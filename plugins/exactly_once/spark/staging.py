@@ -28,9 +28,8 @@ from exactly_once.ledger.checkpoints import Checkpoint
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.registration import final_columns
-from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
+from exactly_once.ledger.tables import DEAD_LETTERS
 from exactly_once.schema_registry import SchemaRegistry
-from exactly_once.spark.copy_writer import write_staging
 from exactly_once.spark import rows_step
 from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, cache_level, in_ranges, parse,
                                        with_set_aside)
@@ -38,6 +37,7 @@ from exactly_once.spark.isolation import (MAX_ISOLATED, ROWS, Budget, Located, N
                                           describe, locate_failing, narrow, sweep_failing)
 from exactly_once.spark.spread import FailedTasks, cached_pieces, spread
 from exactly_once.spark.staging_tables import promoted_on_trial, require_staged_types
+from exactly_once.spark.staging_writes import StagingWrites
 from exactly_once.spark.step_failed import StepFailed
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class BadRecords(Permanent):
 class Staging:
     def __init__(self, ledger: Ledger, checkpoint: Checkpoint, attempt: int, token: str, jdbc: Mapping[str, str],
                  registry: SchemaRegistry | None = None):
-        self.ledger, self.checkpoint, self.attempt, self.jdbc = ledger, checkpoint, attempt, jdbc
+        self.ledger, self.checkpoint, self.attempt = ledger, checkpoint, attempt
         self.token = token  # the attempt's, which the ledger's staging functions ask for
         self.registry = registry  # the schema registry a record format reads from
         self.checkpoint_id, self.ranges = checkpoint.id, checkpoint.ranges
@@ -60,9 +60,10 @@ class Staging:
         with ledger.rows() as rows:
             self.columns = final_columns(rows)
             # what each staging column takes, which the COPY writer renders
-            self.targets = {name: {c.name: c.base for c in column_types(rows.cur, table)}
-                            for name, table in rows.staging.items()}
+            targets = {name: {c.name: c.base for c in column_types(rows.cur, table)}
+                       for name, table in rows.staging.items()}
             self.refusing = promoted_on_trial(rows, self.config, self.checkpoint_id)
+        self.writes = StagingWrites(self.config, jdbc, targets, self.checkpoint_id, token)
         self.typed: set[str] = set()  # the staging tables whose columns were found to take the frame's types
         self.held: list[list[OffsetRange]] | None = None  # the offsets of each partition of the cached records
         # Each isolation finds the records that fail at one step: the transform and row checks,
@@ -150,7 +151,6 @@ class Staging:
         some; `StepFailed` says which step failed. `parsed` is the cached `records` with those
         set aside."""
         frames = attempt_frames(parsed, self.config, self.columns)
-        written = {}
         try:
             rows_step.check(frames, records, self.config.transform)
             if self.config.on_bad_record == "fail":
@@ -165,20 +165,11 @@ class Staging:
                     if name not in self.typed:
                         require_staged_types(rows, self.config, name, frame)
                         self.typed.add(name)
-            for name, frame in staging.items():
-                written[name] = self._write_table(name, frame, tag)
-                faults.point(f"increment.wrote.{name}")
+            written = self.writes.every_table(staging, tag)
         finally:
             frames.release()
         self._trial_promote(tag, [sink.name for sink in self.refusing])
         return written
-
-    def _write_table(self, name: str, frame: DataFrame, tag: int) -> int:
-        try:
-            return write_staging(frame, qualified(staging_table(self.config, name)), self.jdbc, self.targets[name],
-                                 self.checkpoint_id, tag, self.token)
-        except Exception as error:
-            raise StepFailed(name, error, self.config.transform, Step(name)) from error
 
     def _cached_pieces(self, parsed: DataFrame) -> list[list[OffsetRange]]:
         """The offsets of each partition of the attempt's cached records (a Spark job, once)."""
@@ -256,7 +247,7 @@ class Staging:
         try:
             staging = frames.staging(any_refused=True)
             for name in tables:
-                self._write_table(name, staging[name].coalesce(1) if one_task else staging[name], tag)
+                self.writes.one_table(name, staging[name].coalesce(1) if one_task else staging[name], tag)
         finally:
             frames.release()
         if step.trial:
