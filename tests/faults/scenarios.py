@@ -7,7 +7,6 @@ which `run_scenario` checks for every one of them after normal runs."""
 from __future__ import annotations
 
 import os
-import random
 import signal
 import threading
 import time
@@ -19,7 +18,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
-from exactly_once.ledger.tables import DEAD_LETTERS, staging_tables
+from exactly_once.ledger.tables import staging_tables
 from exactly_once_stack import kafka, postgres, spark_cluster
 from exactly_once_stack.process import alive
 from tests.faults.findings import ORDERS, Findings, restart, restarted_during
@@ -56,9 +55,9 @@ def _staged_rows(world: World, checkpoint: int, attempt: int) -> int:
 
 
 def spark_killed_mid_write(world: World) -> Findings:
-    """a. spark-submit (JVM and Python driver) SIGKILLed once the attempt's staging rows are
-    written (its tables at once; the fault point of one of them)."""
-    point = f"increment.wrote.{random.Random(world.seed).choice([DEAD_LETTERS, 'orders', 'sku_minute_totals'])}"
+    """a. spark-submit (JVM and Python driver) SIGKILLed while the attempt's staging tables are
+    written, a write's first task holding once its COPY committed (the writer's fault point)."""
+    point = "copy.after_task_commit"
     found, run = _retried(world, "increment", f"{point}=sleep:120",
                           (point, lambda r: world.signal_attempt(r.checkpoint, 1, signal.SIGKILL)))
     _expect_attempts(found, world, run.checkpoint, ["aborted", "committed"])

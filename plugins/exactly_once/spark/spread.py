@@ -98,12 +98,12 @@ class FailedTasks:
             return None
 
     @contextmanager
-    def group(self) -> Iterator[str]:
+    def group(self, description: str = "record isolation: which piece fails") -> Iterator[str]:
         """Runs the jobs started inside under a job group of their own, which it yields; the
         thread's group before it is put back after."""
         before = {key: self.context.getLocalProperty(key) for key in _GROUP_PROPERTIES}
-        name = f"exactly_once-locate-{uuid.uuid4().hex}"
-        self.context.setJobGroup(name, "record isolation: which piece fails")
+        name = f"exactly_once-{uuid.uuid4().hex}"
+        self.context.setJobGroup(name, description)
         try:
             yield name
         finally:

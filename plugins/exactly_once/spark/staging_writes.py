@@ -76,12 +76,14 @@ def _at_once(session: SparkSession, calls: Mapping[str, Callable[[], int]]) -> d
     thread, and a new one has no group); over Spark Connect, whose jobs have no group here,
     as they are."""
     tasks = FailedTasks.of(session)
-    with tasks.group() if tasks else nullcontext():
+    with tasks.group("the staging tables written at once") if tasks else nullcontext():
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
             futures = {name: pool.submit(inheritable_thread_target(session)(call) if tasks else call)
                        for name, call in calls.items()}
-    outcomes = {name: future.exception() or future.result() for name, future in futures.items()}
-    for outcome in outcomes.values():
-        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-            raise outcome  # an interrupt, an exit: not the write's
+    outcomes: dict[str, int | BaseException] = {}
+    for name, future in futures.items():
+        error = future.exception()
+        if error is not None and not isinstance(error, Exception):
+            raise error  # an interrupt, an exit: not the write's
+        outcomes[name] = future.result() if error is None else error
     return outcomes
