@@ -5,7 +5,7 @@
 in turn, every variant run twice in rotation; prints seconds and the driver's heap limit.
 Figures, not tests.
 
-    ./dev setup && .venv/bin/python -m tests.benchmarks.read_phases 5000000
+    ./dev setup && PYTHONPATH=plugins .venv/bin/python -m tests.benchmarks.read_phases 5000000
 
 Starts the local stack if it is not running and stops what it started.
 """

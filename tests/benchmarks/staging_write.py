@@ -6,7 +6,7 @@ more column, a double into text, all null, makes the write text: BinaryRow.java)
 JDBC writer (batches of 10,000 rewritten into multi-row INSERTs), which the job used before.
 Interleaved repetitions, medians. Prints figures; asserts nothing.
 
-    ./dev setup && .venv/bin/python -m tests.benchmarks.staging_write [--repetitions 3] 1000000 5000000
+    ./dev setup && PYTHONPATH=plugins .venv/bin/python -m tests.benchmarks.staging_write [--repetitions 3] 1000000 5000000
 
 Starts the local stack if it is not running and stops what it started.
 """

@@ -1,8 +1,8 @@
 """An attempt's staging tables written: each table's COPY (exactly_once.spark.copy_writer) a
 Spark job of its own, the tables' jobs at once from threads of the driver, so that one job's
 tasks take the cores another's leave idle (its last tasks, the driver planning the next job;
-at 1 M demo orders the four tables' jobs took 9.4 s at once against 11.4 s one by one: the
-docs' Performance page).
+at 1 M demo orders the job's staging write took 13.9 s at once against 15.2 s one by one,
+medians of 5: the docs' Performance page).
 """
 
 from __future__ import annotations
