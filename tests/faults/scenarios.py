@@ -56,8 +56,10 @@ def _staged_rows(world: World, checkpoint: int, attempt: int) -> int:
 
 def spark_killed_mid_write(world: World) -> Findings:
     """a. spark-submit (JVM and Python driver) SIGKILLed while the attempt's staging tables are
-    written, a write's first task holding once its COPY committed (the writer's fault point)."""
-    point = "copy.after_task_commit"
+    written, a write's first task holding once its COPY committed (the writer's fault point).
+    The writer's point fires in an executor, which in local mode is the driver's JVM, whose
+    output the runner reads; on a cluster (q) the driver is killed once the tables are written."""
+    point = "copy.after_task_commit" if world.spark == "local" else "increment.wrote.orders"
     found, run = _retried(world, "increment", f"{point}=sleep:120",
                           (point, lambda r: world.signal_attempt(r.checkpoint, 1, signal.SIGKILL)))
     _expect_attempts(found, world, run.checkpoint, ["aborted", "committed"])

@@ -104,10 +104,10 @@ def test_staging_equals_the_oracle_for_every_sink_mode_and_names_each_bad_record
 
 def test_a_table_whose_write_fails_beside_the_others_is_written_again_alone_each_row_once(spark, pipeline):
     """The staging tables are written at once. The first COPY into `events` is refused (by a
-    trigger raising, once and after 2 s, so that the job's other tasks commit theirs first;
-    a failure a record could cause, which does not happen again) while the other tables'
-    writes commit: `events` is written again alone, and the rows its failed job's tasks
-    committed go, so pre-commit counts each row once and staging is the oracle's."""
+    trigger raising, once, after another task's COPY into it committed: a failure a record
+    could cause, which does not happen again) while the other tables' writes commit: `events`
+    is written again alone, and the rows its failed job's tasks committed go, so pre-commit
+    counts each row once and staging is the oracle's."""
     pipeline.produce(workload(0))
     checkpoint = pipeline.begin().checkpoint
     token = pipeline.ledger.start_attempt(checkpoint.id).attempt
@@ -118,8 +118,11 @@ def test_a_table_whose_write_fails_beside_the_others_is_written_again_alone_each
             CREATE TABLE {copies}_committed (writer_task bigint);  -- each row a committed COPY wrote
             CREATE FUNCTION {copies}_refused_once() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
             BEGIN
-              IF nextval('{copies}') = 1 THEN
-                PERFORM pg_sleep(2);
+              IF nextval('{copies}') = 1 THEN  -- once another task's COPY committed (up to a minute)
+                WHILE NOT EXISTS (SELECT FROM {copies}_committed)
+                      AND clock_timestamp() < statement_timestamp() + interval '60 s' LOOP
+                  PERFORM pg_sleep(0.1);
+                END LOOP;
                 RAISE EXCEPTION 'the first COPY into events is refused';
               END IF;
               RETURN NULL;
@@ -268,7 +271,7 @@ def test_spark_submit_reports_what_an_attempt_staged_and_a_fenced_one_exits_3(pi
 def test_a_job_fenced_mid_write_exits_3_for_the_ledger_refuses_its_writes(pipeline):
     """A zombie: its attempt is fenced while it writes (a new attempt started, which also
     deletes its rows), each write's first task holding once its COPY committed (the writer's
-    fault point); the writes' settlements are refused, and the job says it is fenced."""
+    fault point); the settlements after the fence are refused, and the job says it is fenced."""
     pipeline.produce(workload(0))
     checkpoint = pipeline.begin().checkpoint
     zombie = pipeline.ledger.start_attempt(checkpoint.id).attempt
