@@ -30,6 +30,12 @@ def write_conf() -> None:
         "spark.ui.showConsoleProgress false\n"
         "spark.sql.session.timeZone UTC\n"
         "spark.sql.shuffle.partitions 4\n"
+        # The throughput collector for every JVM of a job (its driver, executors, the Connect
+        # server): on 2 cores the job of 1 M demo orders peaked at a fifth less resident memory
+        # than with G1 and ran about 6 % faster (docs: Performance, "The JVM's collector"). A
+        # collector named in extraJavaOptions too stops the JVM: set these two to choose another.
+        "spark.driver.defaultJavaOptions -XX:+UseParallelGC\n"
+        "spark.executor.defaultJavaOptions -XX:+UseParallelGC\n"
         # The Protobuf decoder of the project's jar, a SQL function of every session (formats/protobuf.py).
         "spark.sql.extensions exactly_once.protobuf.ProtobufExtensions\n"
     )

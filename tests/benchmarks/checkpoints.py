@@ -106,10 +106,11 @@ def job_settings(servers: str) -> JobSettings:
 def submitted(pipeline: TimedPipeline, checkpoint_id: int, plan: float, servers: str, log: Path,
               conf: dict[str, str] | None = None,
               around: Callable[[str], AbstractContextManager] = lambda task: nullcontext(),
-              before_commit: Callable[[], object] = lambda: None) -> CheckpointRun:
+              before_commit: Callable[[], object] = lambda: None, cpu: bool = False) -> CheckpointRun:
     """The planned checkpoint run on, its job by spark-submit (Spark settings `conf`, its output
-    in `log`); `around` and `before_commit` as `TimedPipeline.run` takes them."""
+    in `log`, its threads' CPU read if `cpu`); `around` and `before_commit` as `TimedPipeline.run`
+    takes them."""
     jobs: list[SparkRun] = []
     with job_settings(servers).written() as settings_file:
-        return pipeline.run(checkpoint_id, plan, increment_job(launcher(), settings_file, log, jobs, conf), jobs,
+        return pipeline.run(checkpoint_id, plan, increment_job(launcher(), settings_file, log, jobs, conf, cpu), jobs,
                             around=around, before_commit=before_commit)

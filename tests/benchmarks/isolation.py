@@ -10,9 +10,10 @@ dead letters with the transform's reason are exactly the k raising orders.
                           [--udf-seconds 0.15]
 
 With --profile, each checkpoint's Spark event log is written beside its log, and read into
-`<pipeline>-profile.md`: its SQL executions (each probe is one) with their stages' tasks, run,
-CPU and GC seconds (tests/benchmarks/profiling.py). With --udf-seconds, the UDF takes that long
-an order (a UDF calling a model or a service): what running the transform again costs shows.
+`<pipeline>-profile.md`: its SQL executions (each probe is one) with their stages' tasks,
+run, CPU and GC seconds, and the job's CPU by thread (tests/benchmarks/profiling.py). With
+--udf-seconds, the UDF takes that long an order (a UDF calling a model or a service): what
+running the transform again costs shows.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def raising_orders(chosen: set[int]):
 def checkpoint(k: int, topic: str, repetition: int, servers: str, db_url: str, folder: Path,
                profile: bool = False) -> dict:
     """One checkpoint of a fresh copy of the demo over the whole topic: its job's figures (and
-    with `profile`, its Spark timeline in `<name>-profile.md`)."""
+    with `profile`, its Spark timeline and CPU by thread in `<name>-profile.md`)."""
     name = f"iso_{k}_{repetition}"
     config = demo_config(name, topic, name, transform=TRANSFORM)
     copies.forget(db_url, config, [name])
@@ -94,7 +95,8 @@ def checkpoint(k: int, topic: str, repetition: int, servers: str, db_url: str, f
         shutil.rmtree(event_logs, ignore_errors=True)
         shipped.update(profiling.event_log_conf(event_logs))
     with settings.written() as settings_file:
-        tasks.run_increment(ledger, checkpoint_id, increment_job(launcher(), settings_file, log, jobs, shipped))
+        job = increment_job(launcher(), settings_file, log, jobs, shipped, cpu=profile)
+        tasks.run_increment(ledger, checkpoint_id, job)
     if tasks.commit_checkpoint(ledger, checkpoint_id, try_number=1) is not Outcome.COMMITTED:
         raise AssertionError(f"{name}: checkpoint {checkpoint_id} not committed")
     raised = copies.execute(db_url, "SELECT value FROM exactly_once.dead_letters WHERE pipeline = %(p)s "
@@ -104,7 +106,7 @@ def checkpoint(k: int, topic: str, repetition: int, servers: str, db_url: str, f
     if len(raised) != k or not all(marked in bytes(value) for value, in raised):
         raise AssertionError(f"{name}: the transform's dead letters are not the {k} raising orders; log {log}")
     if profile:
-        profiling.write_profile(folder / f"{name}-profile.md", event_logs, {}, name)
+        profiling.write_profile(folder / f"{name}-profile.md", event_logs, {}, name, jobs[0])
     report = jobs[0].report
     seconds = report["seconds"]
     return {"job": jobs[0].seconds, "read": seconds["read"], "write_staging": seconds["write_staging"],
@@ -135,7 +137,8 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=1_000_000)
     parser.add_argument("--raising", type=int, nargs="+", default=[1, 10], help="how many orders raise (k)")
     parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="and each checkpoint's Spark timeline, beside its log")
+    parser.add_argument("--profile", action="store_true",
+                        help="and each checkpoint's Spark timeline and CPU by thread, beside its log")
     parser.add_argument("--udf-seconds", type=float, default=0.0,
                         help="how long the UDF takes an order (tests/benchmarks/raising.py)")
     args = parser.parse_args()

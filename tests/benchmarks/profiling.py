@@ -1,7 +1,8 @@
 """Where a checkpoint's time goes (`./dev bench --profile`): the increment job's Spark event
 log as a timeline of its SQL executions (each with its jobs' stages: tasks, their run, CPU and
-GC time), and PostgreSQL's statements during the job and during the commit, by total time
-(pg_stat_statements, which the stack's server preloads). Written beside each repetition's logs
+GC time), the CPU of the job's threads (tests/benchmarks/job_cpu.py), and PostgreSQL's
+statements during the job and during the commit, by total time (pg_stat_statements, which the
+stack's server preloads). Written beside each repetition's logs
 as `profile.md`; figures to read, not to compare across machines."""
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from psycopg2 import sql
 
 from exactly_once_stack import postgres
+
+if TYPE_CHECKING:
+    from tests.benchmarks.spark_app import SparkRun
 
 STATEMENTS = 12  # the heaviest, per part of the checkpoint
 
@@ -123,12 +128,16 @@ def statements(database: str, into: dict[str, str], part: str) -> Iterator[None]
         into[part] = "\n".join(lines)
 
 
-def write_profile(path: Path, event_logs: Path, parts: dict[str, str], pipeline: str | None = None) -> None:
-    """The timeline of the last event log in `event_logs`, and the statements of `parts`, into
-    `path`, titled by the pipeline's name (by default, the folder's)."""
+def write_profile(path: Path, event_logs: Path, parts: dict[str, str], pipeline: str | None = None,
+                  job: SparkRun | None = None) -> None:
+    """The timeline of the last event log in `event_logs`, the CPU of the `job`'s threads when
+    they were read, and the statements of `parts`, into `path`, titled by the pipeline's name (by
+    default, the folder's)."""
     logs = sorted(event_logs.iterdir())
     sections = [f"# Profile of {pipeline or path.parent.name}'s checkpoint", "",
                 f"## The increment job's Spark timeline ({logs[-1].name})", "", timeline_table(timeline(logs[-1]))]
+    if job is not None and job.cpu is not None:
+        sections += ["", "## The increment job's CPU, by thread", "", job.cpu.table(job.seconds)]
     for part, table in parts.items():
         sections += ["", f"## PostgreSQL statements during {part}, heaviest first", "", table]
     path.write_text("\n".join(sections) + "\n")

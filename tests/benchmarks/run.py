@@ -250,8 +250,9 @@ def main() -> int:
                         help="orders over each topic of cost as the work grows")
     parser.add_argument("--no-docs", action="store_true", help="do not write the documentation's Performance page")
     parser.add_argument("--profile", action="store_true",
-                        help="also write where each checkpoint's time goes (its Spark event log, PostgreSQL's "
-                             "statements) to profile.md beside its logs; the Performance page is left as it is")
+                        help="also write where each checkpoint's time goes (its Spark event log, its job's CPU "
+                             "by thread, PostgreSQL's statements) to profile.md beside its logs; the Performance "
+                             "page is left as it is")
     args = parser.parse_args()
     sizes = [] if args.growth_only else args.sizes if args.sizes is not None else FULL if args.full else QUICK
     airflow = args.full and not args.no_airflow and not args.growth_only

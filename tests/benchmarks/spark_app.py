@@ -1,6 +1,7 @@
 """A Spark application run as a user runs it: spark-submit, timed from launch to exit,
 with the peak memory of its driver (the JVM and, for a PySpark application, the Python
-process it starts), read from the kernel's high-water marks while it runs."""
+process it starts), read from the kernel's high-water marks while it runs; and, when asked, the
+CPU of its processes' threads (tests/benchmarks/job_cpu.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from exactly_once_stack.settings import ROOT, SPARK_MASTER, process_environment
+from tests.benchmarks.job_cpu import JobCpu
 
 SAMPLE_EVERY = 0.2  # seconds; the high-water marks only grow, so a sample never misses a peak of a live process
 
@@ -23,44 +25,58 @@ class SparkRun:
     peak_jvm: int         # bytes: VmHWM of the driver JVM
     peak_python: int      # bytes: VmHWM of the Python driver
     report: dict          # what the application wrote to its --report file
+    cpu: JobCpu | None = None  # its threads' CPU, when asked
 
 
-def submit(application: Path, arguments: list[str], log: Path, conf: Mapping[str, str] | None = None) -> SparkRun:
-    """Runs the application with `--report <file>` appended, and Spark settings `conf`;
-    raises with the log's tail if it fails."""
+def submit(application: Path, arguments: list[str], log: Path, conf: Mapping[str, str] | None = None,
+           cpu: bool = False) -> SparkRun:
+    """Runs the application with `--report <file>` appended, and Spark settings `conf`, reading
+    its threads' CPU if `cpu`; raises with the log's tail if it fails."""
     report = log.with_suffix(".json")
     report.unlink(missing_ok=True)
     settings = [f"--conf={name}={value}" for name, value in (conf or {}).items()]
     command = ["spark-submit", "--master", SPARK_MASTER, *settings, str(application), *arguments,
                "--report", str(report)]
     peaks = {"java": 0, "python": 0}
+    threads = JobCpu(SAMPLE_EVERY) if cpu else None
     started = time.perf_counter()
     with log.open("wb") as out:
         # spark-submit execs the JVM, so the child is the driver JVM; the Python driver is its child.
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=process_environment(),
                                    cwd=ROOT)
         while process.poll() is None:
-            for pid in [process.pid, *_children(process.pid)]:
+            below = _descendants(process.pid)  # each with its parent
+            # the JVM and the processes it started: the Python driver, PySpark's daemon
+            for pid in [process.pid, *(child for child, parent in below.items() if parent == process.pid)]:
                 kind, peak = _high_water_mark(pid)
                 if kind in peaks:
                     peaks[kind] = max(peaks[kind], peak)
+            if threads is not None:
+                threads.sample(process.pid, [process.pid, *below])
             time.sleep(SAMPLE_EVERY)
     seconds = time.perf_counter() - started
     if process.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
         raise RuntimeError(f"{application.name} {' '.join(arguments)} exited {process.returncode}; "
                            f"log {log}:\n{tail}")
-    return SparkRun(seconds, peaks["java"], peaks["python"], json.loads(report.read_text()))
+    return SparkRun(seconds, peaks["java"], peaks["python"], json.loads(report.read_text()), threads)
 
 
-def _children(pid: int) -> list[int]:
-    found = []
+def _descendants(pid: int) -> dict[int, int]:
+    """The live processes below `pid` (the Python driver, PySpark's daemon and its workers),
+    each with its parent."""
+    parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
+    found, above = {}, [pid]
+    while above:
+        parent = above.pop()
+        children = [child for child, its in parents.items() if its == parent]
+        found.update(dict.fromkeys(children, parent))
+        above += children
     return found
 
 
@@ -76,14 +92,15 @@ def _high_water_mark(pid: int) -> tuple[str, int]:
     return kind, int(fields.get("VmHWM", "0 kB").split()[0]) * 1024
 
 
-def increment_job(job: Path, settings: Path, log: Path, runs: list[SparkRun], conf: Mapping[str, str] | None = None):
+def increment_job(job: Path, settings: Path, log: Path, runs: list[SparkRun], conf: Mapping[str, str] | None = None,
+                  cpu: bool = False):
     """An `execute` for `tasks.run_increment`: the increment job submitted with its settings
-    file (and Spark settings `conf`), its run kept in `runs`, what it staged returned for the
-    task to pre-commit."""
+    file (and Spark settings `conf`; its threads' CPU read if `cpu`), its run kept in `runs`,
+    what it staged returned for the task to pre-commit."""
     from exactly_once.spark.report import AttemptReport
 
     def execute(arguments: list[str]) -> AttemptReport:
-        run = submit(job, [*arguments, "--settings", str(settings)], log, conf)
+        run = submit(job, [*arguments, "--settings", str(settings)], log, conf, cpu)
         runs.append(run)
         return AttemptReport(**run.report)
     return execute

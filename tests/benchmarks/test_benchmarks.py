@@ -5,10 +5,15 @@ No figure is asserted: speed is reported by `./dev bench`, never tested."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import time
+
 import pytest
 
 from exactly_once_demo.produce import MALFORMED_EVERY, POISON_EVERY, produce
-from tests.benchmarks import isolation, run, throughput
+from tests.benchmarks import isolation, job_cpu, run, throughput
 
 ORDERS = 3000  # one Kafka transaction (committed)
 BAD = sum(1 for i in range(ORDERS) if i % MALFORMED_EVERY == MALFORMED_EVERY - 1 or i % POISON_EVERY == POISON_EVERY - 1)
@@ -64,3 +69,20 @@ def test_the_figures_replace_what_is_between_the_performance_page_markers():
     assert all(run.PAGE.read_text().count(marker) == 1 for marker in (*quick, *full))
     with pytest.raises(ValueError, match="needs the markers"):
         run.into_page("new figures", "# a page without them\n", "quick")
+
+
+def test_the_job_cpu_is_read_per_thread_and_summed_by_what_the_threads_do():
+    # a Python process of 0.5 s of CPU below a "JVM", read as a job's Python driver is
+    burner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.5\n"
+                                                     "while time.process_time() < end: pass"])
+    cpu = job_cpu.JobCpu(every=0.05)
+    while burner.poll() is None:
+        cpu.sample(jvm=0, processes=[burner.pid])
+        time.sleep(0.05)
+    driver = re.search(rf"\| {job_cpu.PYTHON_DRIVER} \| ([0-9.]+) \| 100% \|", cpu.table(seconds=1.0))
+    assert driver and 0.2 <= float(driver.group(1)) <= 0.6  # its last reading misses what ran after it
+    # the driver JVM's threads by their names as Linux shows them (15 characters)
+    assert job_cpu._jvm_group("C2 CompilerThre") == job_cpu._jvm_group("C1 CompilerThre") == job_cpu.JIT
+    assert job_cpu._jvm_group("Executor task l") == job_cpu.TASKS
+    assert job_cpu._jvm_group("GC Thread#0") == job_cpu._jvm_group("G1 Conc#0") == job_cpu.GC
+    assert job_cpu._jvm_group("Thread-7") == job_cpu.OTHER_JVM

@@ -202,9 +202,10 @@ class Bench:
         run = submitted(self.pipeline, checkpoint_id, plan, self.servers, self.folder / "increment.log", conf,
                         around=partial(self.profiling, statements),
                         before_commit=lambda: staged.update(postgres_limits.save_staging(self.db_url, self.config,
-                                                                                         checkpoint_id, self.folder)))
+                                                                                         checkpoint_id, self.folder)),
+                        cpu=self.profile)
         if self.profile:
-            profiling.write_profile(self.folder / "profile.md", event_logs, statements)
+            profiling.write_profile(self.folder / "profile.md", event_logs, statements, job=run.job)
         return run, staged
 
     def connect_checkpoint(self, checkpoint_id: int, plan: float) -> CheckpointRun:
