@@ -27,6 +27,7 @@ import argparse
 import os
 import platform
 import shlex
+import statistics
 import sys
 import time
 from contextlib import closing
@@ -116,6 +117,13 @@ def throughput_table(results: list[Throughput]) -> str:
         return (f"{t.median(lambda r: r.submitted.job.peak_jvm) / MiB:,.0f} / "
                 f"{t.median(lambda r: r.submitted.job.peak_python) / MiB:,.0f} MiB")
 
+    def peak_heap(t: Throughput, runner: str) -> str:
+        heaps = [getattr(r, runner).job.heap for r in t.repetitions]
+        if any(h is None for h in heaps):
+            return "not read"
+        return (f"{statistics.median(h.used for h in heaps) / MiB:,.0f} / {max(h.most for h in heaps) / MiB:,.0f} MiB"
+                + (" (the server's)" if runner == "connected" else ""))
+
     def batches(peer) -> str:
         return lambda t, runner: _took(t.median(lambda r: peer(r).seconds), t.records, "records") \
             + f" ({max(peer(r).report['batches'] for r in t.repetitions)} batch(es) at most)"
@@ -141,6 +149,8 @@ def throughput_table(results: list[Throughput]) -> str:
         seconds("· commit: promote every sink, record offsets (one transaction)", checkpoint(lambda c, r: c.commit)),
         seconds("· staging clean-up after the commit", checkpoint(lambda c, r: c.clean_up)),
         row("Spark driver peak RSS, JVM / Python", peak_memory),
+        row("Spark driver's peak heap in use / its most (-Xmx), from the JVM's counters every 0.2 s; over Connect, "
+            "the server's while the job ran", peak_heap),
         row("staged rows (all sinks and dead letters)", lambda t, runner: _n(staged(t))),
         took("**limit:** PostgreSQL binary COPY of the staged rows from files, bare tables (no index)",
              limit(lambda r: r.limits.copy_bare), staged, "rows", shared=True),

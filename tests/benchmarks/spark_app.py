@@ -1,20 +1,25 @@
 """A Spark application run as a user runs it: spark-submit, timed from launch to exit,
 with the peak memory of its driver (the JVM and, for a PySpark application, the Python
-process it starts), read from the kernel's high-water marks while it runs; and, when asked, the
-CPU of its processes' threads (tests/benchmarks/job_cpu.py)."""
+process it starts), read from the kernel's high-water marks while it runs, and the largest heap
+its JVM's counters showed (tests/benchmarks/jvm_heap.py); and, when asked, the CPU of its
+processes' threads (tests/benchmarks/job_cpu.py). The increment job over a warm Spark Connect
+server, timed, with the server's heap read the same way."""
 
 from __future__ import annotations
 
 import json
 import logging
 import subprocess
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from exactly_once_stack.settings import ROOT, SPARK_MASTER, process_environment
 from tests.benchmarks.job_cpu import JobCpu
+from tests.benchmarks.jvm_heap import Heap, HeapPeak
 
 SAMPLE_EVERY = 0.2  # seconds; the high-water marks only grow, so a sample never misses a peak of a live process
 
@@ -26,6 +31,7 @@ class SparkRun:
     peak_python: int      # bytes: VmHWM of the Python driver
     report: dict          # what the application wrote to its --report file
     cpu: JobCpu | None = None  # its threads' CPU, when asked
+    heap: Heap | None = None   # the largest heap in use its driver's JVM (a Connect server's) showed, and its most
 
 
 def submit(application: Path, arguments: list[str], log: Path, conf: Mapping[str, str] | None = None,
@@ -38,6 +44,7 @@ def submit(application: Path, arguments: list[str], log: Path, conf: Mapping[str
     command = ["spark-submit", "--master", SPARK_MASTER, *settings, str(application), *arguments,
                "--report", str(report)]
     peaks = {"java": 0, "python": 0}
+    heap = HeapPeak()
     threads = JobCpu(SAMPLE_EVERY) if cpu else None
     started = time.perf_counter()
     with log.open("wb") as out:
@@ -51,6 +58,7 @@ def submit(application: Path, arguments: list[str], log: Path, conf: Mapping[str
                 kind, peak = _high_water_mark(pid)
                 if kind in peaks:
                     peaks[kind] = max(peaks[kind], peak)
+            heap.sample(process.pid)
             if threads is not None:
                 threads.sample(process.pid, [process.pid, *below])
             time.sleep(SAMPLE_EVERY)
@@ -59,7 +67,7 @@ def submit(application: Path, arguments: list[str], log: Path, conf: Mapping[str
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
         raise RuntimeError(f"{application.name} {' '.join(arguments)} exited {process.returncode}; "
                            f"log {log}:\n{tail}")
-    return SparkRun(seconds, peaks["java"], peaks["python"], json.loads(report.read_text()), threads)
+    return SparkRun(seconds, peaks["java"], peaks["python"], json.loads(report.read_text()), threads, heap.peak())
 
 
 def _descendants(pid: int) -> dict[int, int]:
@@ -106,12 +114,13 @@ def increment_job(job: Path, settings: Path, log: Path, runs: list[SparkRun], co
     return execute
 
 
-def connect_job(runner, log: Path, runs: list[SparkRun]):
+def connect_job(runner, log: Path, runs: list[SparkRun], server: int):
     """An `execute` for `tasks.run_increment`: the increment job as the task runs it on a
     `spark_connect` connection (`exactly_once.spark.runners.ConnectRunner`, a Python client
-    of a warm server), its output in `log`, its run kept in `runs`, timed from the client's
-    launch to its exit. Its driver is the server's JVM, which every job on the server
-    shares: no peak memory is read (0)."""
+    of a warm server, whose JVM is process `server`), its output in `log`, its run kept in
+    `runs`, timed from the client's launch to its exit. Its driver is the server's JVM, which
+    every job on the server shares: no peak resident memory is read (0), but the largest heap
+    the server's JVM showed while the job ran is."""
     from exactly_once.spark.report import AttemptReport
 
     def execute(arguments: list[str]) -> AttemptReport:
@@ -122,7 +131,8 @@ def connect_job(runner, log: Path, runs: list[SparkRun]):
         runner_log.propagate = False  # the job's lines go to its log, not to the benchmark's output
         started = time.perf_counter()
         try:
-            report = runner(arguments)
+            with sampled_heap(server) as heap:
+                report = runner(arguments)
         except Exception as failed:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
             raise RuntimeError(f"the increment job over Spark Connect failed; log {log}:\n{tail}") from failed
@@ -130,6 +140,25 @@ def connect_job(runner, log: Path, runs: list[SparkRun]):
             runner_log.removeHandler(output)
             runner_log.propagate = True
             output.close()
-        runs.append(SparkRun(time.perf_counter() - started, 0, 0, asdict(report)))
+        runs.append(SparkRun(time.perf_counter() - started, 0, 0, asdict(report), heap=heap.peak()))
         return report
     return execute
+
+
+@contextmanager
+def sampled_heap(pid: int) -> Iterator[HeapPeak]:
+    """The JVM `pid`'s heap sampled every SAMPLE_EVERY from a thread while the block runs."""
+    peak, done = HeapPeak(), threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak.sample(pid)
+            done.wait(SAMPLE_EVERY)
+    sampler = threading.Thread(target=sample, name=f"heap of {pid}", daemon=True)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        sampler.join()
+        peak.sample(pid)

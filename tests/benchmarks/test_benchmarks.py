@@ -13,7 +13,7 @@ import time
 import pytest
 
 from exactly_once_demo.produce import MALFORMED_EVERY, POISON_EVERY, produce
-from tests.benchmarks import isolation, job_cpu, run, throughput
+from tests.benchmarks import isolation, job_cpu, jvm_heap, run, throughput
 
 ORDERS = 3000  # one Kafka transaction (committed)
 BAD = sum(1 for i in range(ORDERS) if i % MALFORMED_EVERY == MALFORMED_EVERY - 1 or i % POISON_EVERY == POISON_EVERY - 1)
@@ -86,3 +86,27 @@ def test_the_job_cpu_is_read_per_thread_and_summed_by_what_the_threads_do():
     assert job_cpu._jvm_group("Executor task l") == job_cpu.TASKS
     assert job_cpu._jvm_group("GC Thread#0") == job_cpu._jvm_group("G1 Conc#0") == job_cpu.GC
     assert job_cpu._jvm_group("Thread-7") == job_cpu.OTHER_JVM
+
+
+def test_a_live_jvms_heap_is_read_from_its_counters(tmp_path):
+    # a JVM of 64 MiB at most holding 24 MiB it allocated, read as a job's driver is
+    source = tmp_path / "Hold.java"
+    source.write_text("public class Hold { public static void main(String[] a) throws Exception {"
+                      " byte[][] held = new byte[24][]; for (int i = 0; i < 24; i++) held[i] = new byte[1 << 20];"
+                      " System.out.println(\"held\"); System.out.flush(); Thread.sleep(60_000);"
+                      " System.out.println(held.length); } }")
+    holder = subprocess.Popen(["java", "-Xmx64m", "-XX:+UseParallelGC", str(source)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        peak, until = jvm_heap.HeapPeak(), time.monotonic() + 10
+        while peak.used < 24 * 2**20 and time.monotonic() < until:  # the JVM updates its counters every 50 ms
+            peak.sample(holder.pid)
+            time.sleep(0.05)
+        heap = peak.peak()
+        assert heap is not None and heap.most == 64 * 2**20
+        assert 24 * 2**20 <= heap.used <= heap.most
+    finally:
+        holder.kill()
+        holder.wait()
+    assert jvm_heap.heap(holder.pid) is None  # gone: nothing read

@@ -214,8 +214,9 @@ class Bench:
         config = self.connected.ledger.config
         runner = job_runner(CONNECT, f"{config.name} increment", config, job_settings(self.servers))
         jobs = []
-        return self.connected.run(checkpoint_id, plan, connect_job(runner, self.folder / "increment-connect.log", jobs),
-                                  jobs)
+        server = spark_cluster.running()["connect"]  # spark-submit execs the server's JVM under this pid
+        return self.connected.run(checkpoint_id, plan,
+                                  connect_job(runner, self.folder / "increment-connect.log", jobs, server), jobs)
 
     def profiling(self, into: dict[str, str], part: str) -> AbstractContextManager:
         return profiling.statements(parse_dsn(self.db_url)["dbname"], into, part) if self.profile else nullcontext()

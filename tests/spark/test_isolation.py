@@ -9,8 +9,9 @@ import psycopg2
 import pytest
 
 from exactly_once.ledger.planning import OffsetRange
-from exactly_once.spark.isolation import (SWEPT_TASKS, Budget, Located, NotIsolated, Unlocated, halves, locate_failing,
-                                          narrow, pieces, size, sweep_failing, without)
+from exactly_once.spark.isolation import (Budget, Located, NotIsolated, Unlocated, halves, locate_failing, narrow,
+                                          pieces, size, without)
+from exactly_once.spark.sweeps import MARKERS, SWEPT_TASKS, Failed, sweep_failing
 from exactly_once.sqlstates import record_failure
 
 RANGES = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 40, 47), OffsetRange("t", 2, 5, 5)]
@@ -196,12 +197,34 @@ def test_located_isolation_keeps_its_limits():
 
 
 def sweeper(bad: dict[tuple[int, int], str], calls: list | None = None):
-    """A sweep: every piece holding a bad offset fails, with its first one's reason."""
-    def sweep(split):
+    """A sweep: every piece holding a bad offset fails, with its first one's reason, saying
+    nothing of the rows its task gave (a step whose tasks' rows are not read)."""
+    def sweep(split, batch):
         if calls is not None:
             calls.append(split)
         assert len(split) <= SWEPT_TASKS
-        return {i: why for i, part in enumerate(split) if (why := prober(bad)(part)) is not None}
+        return {i: Failed(why) for i, part in enumerate(split) if (why := prober(bad)(part)) is not None}
+    return sweep
+
+
+def udf_sweeper(bad: set[tuple[int, int]], records=lambda r: range(r.start, r.end), calls: list | None = None):
+    """A sweep of a transform whose Python UDF raises on the bad offsets, as Spark runs it: each
+    task's records in order (a range's `records`: its offsets less gaps), `batch` at a time, a
+    failing task giving the rows of the batches before the one it fails in."""
+    def sweep(split, batch):
+        if calls is not None:
+            calls.append((split, batch))
+        assert len(split) <= SWEPT_TASKS
+        failed = {}
+        for i, part in enumerate(split):
+            held = [(r.topic, r.partition, o) for r in part for o in records(r)]
+            first = next((n for n, (_, p, o) in enumerate(held) if (p, o) in bad), None)
+            if first is not None:
+                gave = first - first % batch  # the records of the whole batches before
+                after = None if gave == 0 else OffsetRange(held[gave - 1][0], held[gave - 1][1], held[gave - 1][2],
+                                                           held[gave - 1][2] + 1)
+                failed[i] = Failed(f"cannot price {held[first][2]}", after, read=True)
+        return failed
     return sweep
 
 
@@ -218,9 +241,53 @@ def test_a_sweep_finds_every_failing_offset_in_a_few_jobs_however_many_fail():
     assert one == [[[OffsetRange("t", 0, 41, 42)]]]
 
 
+def test_a_sweep_searches_a_failed_task_from_its_last_row_down_to_the_record_in_a_few_small_jobs():
+    big = [OffsetRange("t", 0, 0, 900_000)]
+    calls = []
+    found = sweep_failing(big, udf_sweeper({(0, 123_456)}, calls=calls))
+    assert found == {OffsetRange("t", 0, 123_456, 123_457): "cannot price 123456"}
+    # 16 pieces of 56,250 in batches of 220; the failed piece's batch whole, a record at a time; the
+    # offset after its last row and the MARKERS after it, each on its own
+    assert [(len(split), batch) for split, batch in calls] == [(16, 220), (1, 1), (1 + MARKERS, 1)]
+    assert calls[1][0] == [[OffsetRange("t", 0, 123_280, 123_502)]]  # after 49 batches of 220 from 112,500
+    assert calls[2][0][0] == [OffsetRange("t", 0, 123_456, 123_457)]
+    ten = {(0, o) for o in (7, 8, 90_000, 123_456, 300_001, 450_000, 600_000, 750_000, 899_999)} | {(1, 4)}
+    calls = []
+    found = sweep_failing([*big, OffsetRange("t", 1, 0, 5)], udf_sweeper(ten, calls=calls))
+    # each failed piece's first record found, and 8 with 7 before it, as the offsets after a last row
+    # are searched each on its own; partition 1's, after 899,999 in the last piece: the next round's
+    assert set(found) == {OffsetRange("t", p, o, o + 1) for p, o in ten - {(1, 4)}}
+    # beside the sweep that knows nothing of its tasks' rows: 3 levels, 45 tasks, against 7 and 352
+    split_only = []
+    assert sweep_failing([*big, OffsetRange("t", 1, 0, 5)], sweeper(dict.fromkeys(ten, "bad"), split_only)).keys() \
+        == found.keys() | {OffsetRange("t", 1, 4, 5)}
+    assert len(calls) == 3 < len(split_only) == 7
+    assert 5 * sum(len(split) for split, _ in calls) < sum(len(split) for split in split_only)
+
+
+def test_a_sweep_searches_the_rest_of_a_failed_piece_when_the_records_after_its_last_row_pass():
+    # a transaction's marker at offset 4,999 before the record that fails: found as without it
+    calls = []
+    found = sweep_failing([OffsetRange("t", 0, 0, 16_000)],
+                          udf_sweeper({(0, 5_000)}, lambda r: [o for o in range(r.start, r.end) if o != 4_999], calls))
+    assert found == {OffsetRange("t", 0, 5_000, 5_001): "cannot price 5000"} and len(calls) == 3
+    # no records at offsets 100-199 (an aborted transaction): the batch after the last row is empty
+    def records(r):
+        return [o for o in range(r.start, r.end) if not 100 <= o < 200]
+    found = sweep_failing([OffsetRange("t", 0, 0, 16_000)], udf_sweeper({(0, 200)}, records))
+    assert found == {OffsetRange("t", 0, 200, 201): "cannot price 200"}
+
+    # a transform that does not keep the records' order: its last row says nothing of where it failed
+    def misleading(split, batch):
+        return {i: Failed(f.why, OffsetRange("t", 0, 5_000, 5_001), read=True) if f.after is not None else f
+                for i, f in udf_sweeper({(0, 1_700)})(split, batch).items()}
+    found = sweep_failing([OffsetRange("t", 0, 0, 8_000)], misleading)
+    assert found == {OffsetRange("t", 0, 1_700, 1_701): "cannot price 1700"}
+
+
 def test_a_sweep_leaves_out_what_fails_only_together_and_keeps_its_limits():
-    def together(split):  # fails whenever offsets 3 and 4 of partition 0 are in one piece
-        return {i: "two together" for i, part in enumerate(split)
+    def together(split, batch):  # fails whenever offsets 3 and 4 of partition 0 are in one piece
+        return {i: Failed("two together") for i, part in enumerate(split)
                 if any(r.partition == 0 and r.start <= 3 and r.end >= 5 for r in part)}
     assert sweep_failing(RANGES, together) == {}
     every = {(0, o): "bad" for o in range(100)}
@@ -229,14 +296,14 @@ def test_a_sweep_leaves_out_what_fails_only_together_and_keeps_its_limits():
     with pytest.raises(NotIsolated, match="within 1 probes"):  # 107 offsets: 16 pieces, then each of theirs
         sweep_failing(RANGES, sweeper({(0, 99): "bad"}), budget=Budget(max_probes=1))
     with pytest.raises(Unlocated):
-        sweep_failing(RANGES, lambda split: (_ for _ in ()).throw(Unlocated("no tasks named")))
+        sweep_failing(RANGES, lambda split, batch: (_ for _ in ()).throw(Unlocated("no tasks named")))
     levels = []
 
-    def lost_after_the_first(split):  # the records of partition 1 fail alone; then no job names its tasks
+    def lost_after_the_first(split, batch):  # the records of partition 1 fail alone; then no job names its tasks
         levels.append(split)
         if len(levels) > 1:
             raise Unlocated("no tasks named")
-        return sweeper({(1, 44): "found", (0, 3): "next"})(split)
+        return sweeper({(1, 44): "found", (0, 3): "next"})(split, batch)
     # 31 offsets in 16 pieces: the first, (1, 44), alone; (0, 3) in a piece of two
     found = sweep_failing([OffsetRange("t", 1, 44, 45), OffsetRange("t", 0, 0, 30)], lost_after_the_first)
     assert found == {OffsetRange("t", 1, 44, 45): "found"}  # what it found, the rest left to the next round
@@ -246,7 +313,7 @@ def test_a_sweep_names_every_task_that_fails_with_a_failed_jobs_message_and_plan
     from pyspark.sql import functions as F
 
     from exactly_once.spark.spread import spread
-    from exactly_once.spark.task_failures import ADAPTIVE, task_failures
+    from exactly_once.spark.task_failures import ADAPTIVE, UDF_BATCHES, task_failures
 
     @F.udf("long")
     def priced(offset):
@@ -259,18 +326,25 @@ def test_a_sweep_names_every_task_that_fails_with_a_failed_jobs_message_and_plan
     split = pieces([OffsetRange("t", 0, 0, 3000)], 8)
 
     def step(frame):
-        return frame.select("offset", priced("offset").alias("price"))
-    adaptive = spark.conf.get(ADAPTIVE)
-    failed = task_failures(step(spread(records, split)), len(split))
+        return frame.select("topic", "partition", "offset", priced("offset").alias("price"))
+    coordinates = ("topic", "partition", "offset")
+    settings = {name: spark.conf.get(name) for name in (ADAPTIVE, *UDF_BATCHES)}
+    failed = task_failures(step(spread(records, split)), len(split), coordinates, udf_batch=10)
     assert sorted(failed) == [0, 4, 7]  # 1500 and 1501 in one piece; every task ran
-    assert spark.conf.get(ADAPTIVE) == adaptive
+    assert {name: spark.conf.get(name) for name in settings} == settings
+    # the rows of the batches of 10 before the one that raised: none in pieces 0 (0-374) and 4
+    # (1500-1874); in piece 7 (2625-2999), up to 2994
+    assert [(failed[i].after, failed[i].read) for i in (0, 4, 7)] == [(None, True), (None, True),
+                                                                       (("t", 0, 2994), True)]
     with pytest.raises(Exception) as job:
         step(records.where("offset = 1500")).write.format("noop").mode("overwrite").save()
-    assert str(failed[4]).splitlines()[-1] == str(job.value).splitlines()[-1]
-    assert "ValueError: cannot price 1500" in str(failed[4]).splitlines()[-1]
+    assert str(failed[4].error).splitlines()[-1] == str(job.value).splitlines()[-1]
+    assert "ValueError: cannot price 1500" in str(failed[4].error).splitlines()[-1]
+    unread = task_failures(spread(records, split).select("offset", priced("offset")), len(split), coordinates)
+    assert (unread[7].after, unread[7].read) == (None, False)  # no coordinates among its columns
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
-    assert task_failures(step(spread(records, split)).groupBy("price").count(), len(split)) is None  # a shuffle more
-    assert task_failures(step(records), 2) is None  # no spread
+    assert task_failures(step(spread(records, split)).groupBy("price").count(), len(split), coordinates) is None
+    assert task_failures(step(records), 2, coordinates) is None  # no spread
     assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs  # nothing ran
 
 

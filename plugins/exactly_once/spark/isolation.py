@@ -7,7 +7,8 @@ Where the step that failed runs each record's rows in the Spark task its record 
 transform and row checks; an append sink's COPY), the records are found by the failing
 tasks: the part is spread over k pieces, each in a Spark task of its own. For the transform
 and row checks, every task runs to its end, and each piece whose task failed is searched
-next (`sweep_failing`): about log_k(n) Spark jobs for all the records that fail. For a
+next, from the last row its task gave (`exactly_once.spark.sweeps`): a few Spark jobs for all
+the records that fail. For a
 COPY, the job stops at the first task that fails, which names the piece to search next
 (`locate_failing`): about log_k(n) Spark jobs a record. Where the step does not (an
 aggregate's rows, a trial promotion), or the failure names no task, by bisection over the
@@ -37,12 +38,6 @@ Probe = Callable[[Sequence[OffsetRange]], "str | None"]  # why the records of th
 # every piece passes, else which pieces failed, which passed before the job stopped, and why.
 # Raises `Unlocated` when it cannot tell which task failed.
 Locate = Callable[[Sequence[Sequence[OffsetRange]]], "Located | None"]
-# Runs the step over all the pieces at once, each piece in a Spark task of its own and every task
-# to its end: why each piece that failed did, by index ({} when every piece passes). Raises
-# `Unlocated` when it cannot tell which task holds which piece.
-Sweep = Callable[[Sequence[Sequence[OffsetRange]]], "dict[int, str]"]
-# A sweep's tasks at most: its failing parts share them, each split in 2 to PIECES.
-SWEPT_TASKS = 64
 # A job's pieces, each a task: a task of a Python UDF costs ~40 ms on 2 cores (a warm job of 32
 # such tasks took 1.2 s, of 8 0.5 s), so 16 (900,000 records in 5 levels, 310 in 3) cost less than 32.
 PIECES = 16
@@ -176,10 +171,10 @@ def narrow(failing: Sequence[OffsetRange], probe: Probe, budget: Budget | None =
     budget = budget or Budget()
     earlier = set(budget.found)
     _bisect(failing, probe, budget)
-    return _new(budget, earlier)
+    return found_since(budget, earlier)
 
 
-def _new(budget: Budget, earlier: set[OffsetRange]) -> dict[OffsetRange, str]:
+def found_since(budget: Budget, earlier: set[OffsetRange]) -> dict[OffsetRange, str]:
     return {offset: why for offset, why in budget.found.items() if offset not in earlier}
 
 
@@ -266,40 +261,7 @@ def locate_failing(failing: Sequence[OffsetRange], locate: Locate, probe: Probe,
                               *(offset for offset in found if offset not in before)])
         if rest_is_the_next_write and len(found) > len(earlier):
             break
-    return _new(budget, earlier)
-
-
-def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
-                  budget: Budget | None = None) -> dict[OffsetRange, str]:
-    """The single offsets whose records fail on their own, with why, found level by level: each
-    part known to fail is split into pieces, every part's pieces in one job whose tasks all run
-    to their end (`sweep`), and each piece that failed is split again, down to a record. So all
-    the records that fail cost about log_k(n) jobs together, where the search by a job's first
-    failed task costs as many per record. Beyond `budget`'s limit of records, only that many
-    failed pieces and one more are searched, which is enough to find too many. A piece whose
-    pieces all pass (records that fail only together) is left out: what fails there fails the
-    next round of the write. `Unlocated` from `sweep` is raised unless records were found
-    before it, which are returned then (the next round of the write finds the rest)."""
-    budget = budget or Budget()
-    earlier = set(budget.found)
-    level = [[r for r in failing if r.size]]
-    while level:
-        level = level[:budget.max_isolated + 1]
-        share = max(2, min(k, SWEPT_TASKS // len(level)))
-        split = [p for part in level for p in pieces(part, min(share, size(part))) if p]
-        try:
-            failed = budget.ask(sweep, split)
-        except Unlocated:
-            if len(budget.found) > len(earlier):
-                break
-            raise
-        level = []
-        for i, why in sorted(failed.items()):
-            if size(split[i]) == 1:
-                budget.add(split[i][0], why)
-            else:
-                level.append(split[i])
-    return _new(budget, earlier)
+    return found_since(budget, earlier)
 
 
 def describe(found: dict[OffsetRange, str], limit: int = 5) -> str:

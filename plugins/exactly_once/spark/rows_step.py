@@ -15,14 +15,16 @@ from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.tables import DEAD_LETTERS
-from exactly_once.spark.frames import AttemptFrames, SetAside, checked_rows, with_set_aside
+from exactly_once.spark.frames import COORDINATES, AttemptFrames, SetAside, checked_rows, with_set_aside
 from exactly_once.spark.isolation import ROWS, Unlocated
 from exactly_once.spark.spread import spread
 from exactly_once.spark.step_failed import StepFailed
+from exactly_once.spark.sweeps import Failed
 from exactly_once.spark.task_failures import task_failures, task_failures_over
 from exactly_once.sqlstates import record_failure
 
 log = logging.getLogger(__name__)
+SHOWN = 10  # failed pieces a sweep's log line names, with where their tasks failed
 
 
 def check(frames: AttemptFrames, records: DataFrame, transform: str | None) -> None:
@@ -39,29 +41,39 @@ def check(frames: AttemptFrames, records: DataFrame, transform: str | None) -> N
         raise StepFailed(DEAD_LETTERS, failed[index], transform, ROWS, tasks=sorted(failed)) from failed[index]
 
 
-def sweep(parsed: DataFrame, set_aside: SetAside, split: list[list[OffsetRange]], config: PipelineConfig,
-          columns: Mapping[str, list[ColumnType]]) -> dict[int, str]:
-    """The step over the pieces at once, piece i in Spark task i, every task to its end: why each
-    piece that fails does, by index; `Unlocated` where the tasks are not the pieces, or a job
+def sweep(parsed: DataFrame, set_aside: SetAside, split: list[list[OffsetRange]], udf_batch: int,
+          config: PipelineConfig, columns: Mapping[str, list[ColumnType]]) -> dict[int, Failed]:
+    """The step over the pieces at once, piece i in Spark task i, every task to its end, a Python
+    UDF getting `udf_batch` rows at once: why each piece that fails does, and the last record whose
+    rows its task gave before, by index; `Unlocated` where the tasks are not the pieces, or a job
     failed because of records without saying which. An error no record causes is raised."""
     started = time.monotonic()
     checked = checked_rows(with_set_aside(spread(parsed, split), set_aside), config, columns)
     try:
-        errors = task_failures(checked, len(split))
+        failures = task_failures(checked, len(split), COORDINATES, udf_batch)
     except Exception as error:
         if record_failure(error) is None:
             raise
         raise Unlocated(str(error)) from error
-    if errors is None:
+    if failures is None:
         raise Unlocated("the step's tasks are not the pieces")
-    why = {}
-    for index, error in errors.items():
-        failed = StepFailed(DEAD_LETTERS, error, config.transform, ROWS)
+    found = {}
+    for index, failure in failures.items():
+        failed = StepFailed(DEAD_LETTERS, failure.error, config.transform, ROWS)
         if failed.reason is None:
-            raise error
-        why[index] = failed.reason
-    log.info("probe: a sweep of %d pieces, %d failing (%.1f s)", len(split), len(why), time.monotonic() - started)
-    return why
+            raise failure.error
+        found[index] = Failed(failed.reason, None if failure.after is None else OffsetRange(
+            failure.after[0], failure.after[1], failure.after[2], failure.after[2] + 1), failure.read)
+    shown = sorted(found.items())[:SHOWN]
+    log.info("probe: a sweep of %d pieces, %d failing, %d rows a UDF batch (%.1f s)%s%s", len(split), len(found),
+             udf_batch, time.monotonic() - started, "".join(
+                 f"; {_offsets(split[i])} failed after {_offsets([f.after]) if f.after else 'no row'}"
+                 for i, f in shown), "; …" if len(found) > len(shown) else "")
+    return found
+
+
+def _offsets(ranges: list[OffsetRange]) -> str:
+    return ", ".join(f"{r.topic}[{r.partition}]@{r.start}" + (f"..{r.end}" if r.size > 1 else "") for r in ranges)
 
 
 def check_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]]) -> None:

@@ -34,11 +34,12 @@ from exactly_once.spark import rows_step
 from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, cache_level, in_ranges, parse,
                                        with_set_aside)
 from exactly_once.spark.isolation import (MAX_ISOLATED, ROWS, Budget, Located, NotIsolated, Step, Unlocated,
-                                          describe, locate_failing, narrow, sweep_failing)
+                                          describe, locate_failing, narrow)
 from exactly_once.spark.spread import FailedTasks, cached_pieces, spread
 from exactly_once.spark.staging_tables import promoted_on_trial, require_staged_types
 from exactly_once.spark.staging_writes import StagingWrites
 from exactly_once.spark.step_failed import StepFailed
+from exactly_once.spark.sweeps import sweep_failing
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +131,8 @@ class Staging:
             held = self._cached_pieces(parsed)
             try:
                 return sweep_failing([r for i in refused.tasks for r in held[i]],
-                                     lambda split: rows_step.sweep(parsed, set_aside, split, self.config,
-                                                                   self.columns), budget=budget)
+                                     lambda split, batch: rows_step.sweep(parsed, set_aside, split, batch,
+                                                                          self.config, self.columns), budget=budget)
             except Unlocated:
                 pass  # the spread's tasks not its pieces after all (nothing found): as below
 

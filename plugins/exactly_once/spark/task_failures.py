@@ -7,7 +7,8 @@ of the write (the checked rows into their cache) is so a sweep too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from py4j.java_gateway import JavaClass
 from py4j.protocol import Py4JJavaError
@@ -15,29 +16,51 @@ from pyspark.errors.exceptions.captured import convert_exception
 from pyspark.sql import DataFrame
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
+# The rows a Python UDF gets at once: Arrow-optimized (and pandas) UDFs', pickled UDFs'.
+UDF_BATCHES = ("spark.sql.execution.arrow.maxRecordsPerBatch", "spark.sql.execution.python.udf.maxRecordsPerBatch")
 
 
-def task_failures(frame: DataFrame, pieces: int) -> dict[int, Exception] | None:
+@dataclass(frozen=True)
+class TaskFailure:
+    error: Exception
+    after: tuple[str, int, int] | None  # the Kafka coordinates of the last row the task gave before it failed
+    read: bool  # whether the task's rows were read (else `after` is None, knowing nothing)
+
+
+def task_failures(frame: DataFrame, pieces: int, coordinates: Sequence[str],
+                  udf_batch: int | None = None) -> dict[int, TaskFailure] | None:
     """The error of each task of the frame whose rows raised, by task index, as PySpark raises
-    a failed job's (the same message); None, running nothing, when its tasks are not the
-    spread's `pieces` (a transform with a shuffle of its own), no JVM can be asked (Spark
-    Connect) or the errors cannot be read back on the driver. Only a task's last attempt keeps
-    its error: Spark runs an earlier one again, as for any failed task. The frame must not have
-    been planned before (it is planned here without adaptive execution, which would run the
-    stages below its last shuffle while planning it). A job that fails anyway (an error Java
-    cannot carry back, a lost executor) raises its error."""
-    return _swept(frame, lambda failures: failures.of(frame._jdf, pieces))
+    a failed job's (the same message), with the coordinates (the frame's columns named by
+    `coordinates`: topic, partition, offset) of the last row the task gave before it; None,
+    running nothing, when its tasks are not the spread's `pieces` (a transform with a shuffle
+    of its own), no JVM can be asked (Spark Connect) or the errors cannot be read back on the
+    driver. `udf_batch`: the rows a Python UDF gets at once in its job (a UDF gives no row of a
+    batch it raises on). Only a task's last attempt keeps its error: Spark runs an earlier one
+    again, as for any failed task. The frame must not have been planned before (it is planned
+    here without adaptive execution, which would run the stages below its last shuffle while
+    planning it). A job that fails anyway (an error Java cannot carry back, a lost executor)
+    raises its error."""
+    batches = {} if udf_batch is None else dict.fromkeys(UDF_BATCHES, str(udf_batch))
+    read = set(coordinates) <= set(frame.columns)  # as the JVM finds them
+    failed = _swept(frame, lambda failures: failures.of(frame._jdf, pieces, list(coordinates)), batches)
+    return None if failed is None else {
+        int(index): TaskFailure(convert_exception(error), None if offset is None else (topic, partition, offset), read)
+        for index, error, topic, partition, offset in failed}
 
 
 def task_failures_over(frame: DataFrame, cached: DataFrame) -> dict[int, Exception] | None:
-    """`task_failures` of a frame whose task i reads partition i of the `cached` frame's cache
-    and no other (no shuffle); a frame itself cached is computed into its cache. A cached
-    frame's plan is adaptive (cached before this turns that off), so a shuffle of its own is
-    found only after its stages below it ran (reused by its later jobs): None, or their error."""
-    return _swept(frame, lambda failures: failures.over(frame._jdf, cached._jdf))
+    """The error of each task of a frame whose task i reads partition i of the `cached` frame's
+    cache and no other (no shuffle), as `task_failures` (no rows' coordinates: a frame itself
+    cached is computed into its cache). A cached frame's plan is adaptive (cached before this
+    turns that off), so a shuffle of its own is found only after its stages below it ran (reused
+    by its later jobs): None, or their error."""
+    failed = _swept(frame, lambda failures: failures.over(frame._jdf, cached._jdf), {})
+    return None if failed is None else {int(index): convert_exception(error) for index, error, *_ in failed}
 
 
-def _swept(frame: DataFrame, sweep: Callable) -> dict[int, Exception] | None:
+def _swept(frame: DataFrame, sweep: Callable, settings: Mapping[str, str]) -> list | None:
+    """What `sweep` gives of the JVM's TaskFailures, run without adaptive execution and with
+    `settings`, the session's own put back after."""
     session = frame.sparkSession
     try:
         failures = session.sparkContext._jvm.exactly_once.isolation.TaskFailures
@@ -45,14 +68,17 @@ def _swept(frame: DataFrame, sweep: Callable) -> dict[int, Exception] | None:
         return None
     if not isinstance(failures, JavaClass):  # a driver with an older jar: as if no task could be named
         return None
-    adaptive = session.conf.get(ADAPTIVE)
-    session.conf.set(ADAPTIVE, "false")
+    changed = {ADAPTIVE: "false", **settings}
+    before = {name: session.conf.get(name, None) for name in changed}
+    for name, value in changed.items():
+        session.conf.set(name, value)
     try:
-        failed = sweep(failures)
+        return sweep(failures)
     except Py4JJavaError as error:
         raise convert_exception(error.java_exception) from None
     finally:
-        session.conf.set(ADAPTIVE, adaptive)
-    if failed is None:
-        return None
-    return {int(index): convert_exception(error) for index, error in failed}
+        for name, value in before.items():
+            if value is None:
+                session.conf.unset(name)
+            else:
+                session.conf.set(name, value)

@@ -26,6 +26,7 @@ import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.adaptive.AdaptiveSparkPlanExec;
 import org.apache.spark.sql.execution.columnar.InMemoryTableScanExec;
 import org.apache.spark.sql.execution.exchange.ShuffleExchangeLike;
+import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.util.Utils;
 
 import scala.reflect.ClassTag;
@@ -52,15 +53,32 @@ public final class TaskFailures {
   /**
    * For each task of the frame whose rows raised, its index and the error; null, running
    * nothing, unless task i is piece i of the spread (exactly_once.spark.spread): the frame's
-   * partitions are those of its one shuffle, each carried through one-to-one steps.
+   * partitions are those of its one shuffle, each carried through one-to-one steps. With the
+   * names of the frame's Kafka coordinates (topic, partition, offset: a string, an int and a
+   * long column), each error comes with the coordinates of the last row its task gave before
+   * it (nulls: none), which tell where in the task's records the failure came.
    */
-  public static List<Object[]> of(Dataset<Row> frame, int pieces) {
+  public static List<Object[]> of(Dataset<Row> frame, int pieces, List<String> coordinates) {
     SparkPlan plan = frame.queryExecution().executedPlan();
     if (plan instanceof AdaptiveSparkPlanExec || shuffles(plan) != 1) {
       return null;
     }
     RDD<InternalRow> rows = frame.queryExecution().toRdd();
-    return rows.getNumPartitions() == pieces && below(rows, null) ? run(rows, maxFailures(frame)) : null;
+    return rows.getNumPartitions() == pieces && below(rows, null)
+        ? run(rows, maxFailures(frame), ordinals(frame, coordinates)) : null;
+  }
+
+  /** The columns' ordinals in the frame's rows; null if one is not there. */
+  private static int[] ordinals(Dataset<Row> frame, List<String> names) {
+    int[] found = new int[names.size()];
+    for (int i = 0; i < found.length; i++) {
+      scala.Option<Object> at = frame.schema().getFieldIndex(names.get(i));
+      if (at.isEmpty()) {
+        return null;
+      }
+      found[i] = (Integer) at.get();
+    }
+    return found;
   }
 
   /**
@@ -81,14 +99,14 @@ public final class TaskFailures {
     RDD<?> computed = cachedBatches(plan);
     RDD<?> rows = computed != null ? computed : frame.queryExecution().toRdd();
     return rows.getNumPartitions() == records.getNumPartitions() && below(rows, records)
-        ? run(rows, maxFailures(frame)) : null;
+        ? run(rows, maxFailures(frame), null) : null;
   }
 
-  private static List<Object[]> run(RDD<?> rows, int maxFailures) {
+  private static List<Object[]> run(RDD<?> rows, int maxFailures, int[] coordinates) {
     List<Object[]> failed = new ArrayList<>();
-    for (Object[] result : new Outcomes(rows, maxFailures).toJavaRDD().collect()) {
+    for (Object[] result : new Outcomes(rows, maxFailures, coordinates).toJavaRDD().collect()) {
       try {
-        failed.add(new Object[] {result[0], deserialized((byte[]) result[1])});
+        failed.add(new Object[] {result[0], deserialized((byte[]) result[1]), result[2], result[3], result[4]});
       } catch (IOException | ClassNotFoundException | RuntimeException unreadable) {
         return null;
       }
@@ -106,26 +124,30 @@ public final class TaskFailures {
   }
 
   /**
-   * Each task's outcome: nothing, or its index and its rows' error (serialized). Its own RDD, not
-   * a function of the rows' iterator: a cached frame's partition is computed whole, into the
-   * cache, before its iterator is handed on, and the error raised there must be caught too.
+   * Each task's outcome: nothing, or its index, its rows' error (serialized) and the coordinates
+   * of the last row it gave (nulls: none, or not asked for). Its own RDD, not a function of the
+   * rows' iterator: a cached frame's partition is computed whole, into the cache, before its
+   * iterator is handed on, and the error raised there must be caught too.
    */
   private static final class Outcomes extends RDD<Object[]> {
     private static final ClassTag<Object[]> OUTCOME = ClassTag$.MODULE$.apply(Object[].class);
     private static final ClassTag<Object> ANY = ClassTag$.MODULE$.apply(Object.class);
     private final int maxFailures;
+    private final int[] coordinates;  // ordinals of the rows' topic, partition and offset, or null
 
-    Outcomes(RDD<?> rows, int maxFailures) {
+    Outcomes(RDD<?> rows, int maxFailures, int[] coordinates) {
       super(rows, OUTCOME);
       this.maxFailures = maxFailures;
+      this.coordinates = coordinates;
     }
 
     @Override
     public scala.collection.Iterator<Object[]> compute(Partition split, TaskContext context) {
+      LastRow last = new LastRow(coordinates);
       try {
         scala.collection.Iterator<Object> rows = this.<Object>firstParent(ANY).iterator(split, context);
         while (rows.hasNext()) {
-          rows.next();
+          last.saw(rows.next());
         }
         return scala.collection.Iterator$.MODULE$.empty();
       } catch (Exception error) {  // Scala code throws checked exceptions undeclared (a lost shuffle's)
@@ -133,7 +155,8 @@ public final class TaskFailures {
           throw TaskFailures.<RuntimeException>unchecked(error);
         }
         try {
-          return scala.collection.Iterator$.MODULE$.single(new Object[] {split.index(), serialized(error)});
+          return scala.collection.Iterator$.MODULE$.single(
+              new Object[] {split.index(), serialized(error), last.topic(), last.partition(), last.offset()});
         } catch (IOException cannotCarry) {  // not serializable: fails the task as if not caught
           throw TaskFailures.<RuntimeException>unchecked(error);
         }
@@ -143,6 +166,46 @@ public final class TaskFailures {
     @Override
     public Partition[] getPartitions() {
       return this.<Object>firstParent(ANY).partitions();
+    }
+  }
+
+  /**
+   * The Kafka coordinates of the last row a task gave, read as the rows pass (a row's memory is
+   * reused for the next: the topic is copied only when it changes).
+   */
+  private static final class LastRow {
+    private final int[] at;
+    private UTF8String topic;  // null until a row is seen
+    private int partition;
+    private long offset;
+
+    LastRow(int[] at) {
+      this.at = at;
+    }
+
+    void saw(Object row) {
+      if (at == null || !(row instanceof InternalRow values) || values.isNullAt(at[0]) || values.isNullAt(at[1])
+          || values.isNullAt(at[2])) {
+        return;
+      }
+      UTF8String name = values.getUTF8String(at[0]);
+      if (!name.equals(topic)) {
+        topic = name.clone();
+      }
+      partition = values.getInt(at[1]);
+      offset = values.getLong(at[2]);
+    }
+
+    String topic() {
+      return topic == null ? null : topic.toString();
+    }
+
+    Integer partition() {
+      return topic == null ? null : partition;
+    }
+
+    Long offset() {
+      return topic == null ? null : offset;
     }
   }
 
