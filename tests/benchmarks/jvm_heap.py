@@ -6,9 +6,9 @@ samples."""
 
 from __future__ import annotations
 
-import getpass
+import os
+import pwd
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,16 +17,18 @@ _PROLOGUE = 32  # magic, byte order, versions, accessible, used, overflow, mod t
 _ENTRY = struct.Struct("iiibbbbi")  # length, name offset, vector length, type, flags, units, variability, data offset
 _USED = ("sun.gc.generation.", ".used")  # sun.gc.generation.<g>.space.<s>.used: eden, survivors, old
 _MAX = "sun.gc.generation.{}.maxCapacity"
+_POLICY = "sun.gc.policy.name"  # G1's generations may each grow to the whole heap; the others' add up to it
 
 
 @dataclass(frozen=True)
 class Heap:
     used: int  # bytes in the collector's spaces: eden, the survivors, the old generation
-    most: int  # bytes the young and old generations may grow to (the -Xmx)
+    most: int  # bytes the young and old generations may grow to: the -Xmx (G1 counts a few bytes more)
 
 
 def counters_file(pid: int) -> Path:
-    return Path(tempfile.gettempdir()) / f"hsperfdata_{getpass.getuser()}" / str(pid)
+    """Where HotSpot on Linux publishes them, whatever TMPDIR says: /tmp, by the user's name."""
+    return Path("/tmp") / f"hsperfdata_{pwd.getpwuid(os.geteuid()).pw_name}" / str(pid)
 
 
 def heap(pid: int) -> Heap | None:
@@ -37,16 +39,21 @@ def heap(pid: int) -> Heap | None:
         data = counters_file(pid).read_bytes() if alive else b""
     except OSError:
         return None
-    counters = _long_counters(data)
+    try:
+        counters = _counters(data)
+    except (struct.error, ValueError):  # a buffer cut short
+        return None
     if counters is None:
         return None
     used = sum(v for name, v in counters.items() if name.startswith(_USED[0]) and name.endswith(_USED[1])
-               and ".space." in name)
-    return Heap(used, counters.get(_MAX.format(0), 0) + counters.get(_MAX.format(1), 0))
+               and ".space." in name and isinstance(v, int))
+    young, old = counters.get(_MAX.format(0), 0), counters.get(_MAX.format(1), 0)
+    return Heap(used, max(young, old) if counters.get(_POLICY) == "GarbageFirst" else young + old)
 
 
-def _long_counters(data: bytes) -> dict[str, int] | None:
-    """The counters of type long by name; None unless the file is a readable PerfData buffer."""
+def _counters(data: bytes) -> dict[str, int | str] | None:
+    """The counters of type long, and strings, by name; None unless the file is a readable
+    PerfData buffer."""
     if len(data) < _PROLOGUE or struct.unpack_from(">I", data)[0] != _MAGIC:
         return None
     order = "<" if data[4] == 1 else ">"
@@ -62,9 +69,12 @@ def _long_counters(data: bytes) -> dict[str, int] | None:
         length, name_at, vector, kind, _flags, _units, _variability, data_at = entry.unpack_from(data, at)
         if length <= 0:
             break
+        name = data[at + name_at:data.index(b"\0", at + name_at)].decode("ascii", "replace")
         if chr(kind) == "J" and vector == 0:
-            name = data[at + name_at:data.index(b"\0", at + name_at)].decode("ascii", "replace")
             counters[name] = struct.unpack_from(order + "q", data, at + data_at)[0]
+        elif chr(kind) == "B" and vector > 0:
+            text = data[at + data_at:at + data_at + vector]
+            counters[name] = text.split(b"\0", 1)[0].decode("ascii", "replace")
         at += length
     return counters
 

@@ -246,10 +246,10 @@ def test_a_sweep_searches_a_failed_task_from_its_last_row_down_to_the_record_in_
     calls = []
     found = sweep_failing(big, udf_sweeper({(0, 123_456)}, calls=calls))
     assert found == {OffsetRange("t", 0, 123_456, 123_457): "cannot price 123456"}
-    # 16 pieces of 56,250 in batches of 220; the failed piece's batch whole, a record at a time; the
+    # 16 pieces of 56,250 in batches of 128; the failed piece's batch whole, a record at a time; the
     # offset after its last row and the MARKERS after it, each on its own
-    assert [(len(split), batch) for split, batch in calls] == [(16, 220), (1, 1), (1 + MARKERS, 1)]
-    assert calls[1][0] == [[OffsetRange("t", 0, 123_280, 123_502)]]  # after 49 batches of 220 from 112,500
+    assert [(len(split), batch) for split, batch in calls] == [(16, 128), (1, 1), (1 + MARKERS, 1)]
+    assert calls[1][0] == [[OffsetRange("t", 0, 123_380, 123_510)]]  # after 85 batches of 128 from 112,500
     assert calls[2][0][0] == [OffsetRange("t", 0, 123_456, 123_457)]
     ten = {(0, o) for o in (7, 8, 90_000, 123_456, 300_001, 450_000, 600_000, 750_000, 899_999)} | {(1, 4)}
     calls = []
@@ -257,12 +257,13 @@ def test_a_sweep_searches_a_failed_task_from_its_last_row_down_to_the_record_in_
     # each failed piece's first record found, and 8 with 7 before it, as the offsets after a last row
     # are searched each on its own; partition 1's, after 899,999 in the last piece: the next round's
     assert set(found) == {OffsetRange("t", p, o, o + 1) for p, o in ten - {(1, 4)}}
-    # beside the sweep that knows nothing of its tasks' rows: 3 levels, 45 tasks, against 7 and 352
+    # beside the sweep that knows nothing of its tasks' rows: 4 levels, 85 tasks, against 7 and 352 (the
+    # first piece gave no row, 7 being in its first batch: its rest is searched beside its first batch)
     split_only = []
     assert sweep_failing([*big, OffsetRange("t", 1, 0, 5)], sweeper(dict.fromkeys(ten, "bad"), split_only)).keys() \
         == found.keys() | {OffsetRange("t", 1, 4, 5)}
-    assert len(calls) == 3 < len(split_only) == 7
-    assert 5 * sum(len(split) for split, _ in calls) < sum(len(split) for split in split_only)
+    assert len(calls) == 4 < len(split_only) == 7
+    assert 4 * sum(len(split) for split, _ in calls) < sum(len(split) for split in split_only)
 
 
 def test_a_sweep_searches_the_rest_of_a_failed_piece_when_the_records_after_its_last_row_pass():
@@ -283,6 +284,27 @@ def test_a_sweep_searches_the_rest_of_a_failed_piece_when_the_records_after_its_
                 for i, f in udf_sweeper({(0, 1_700)})(split, batch).items()}
     found = sweep_failing([OffsetRange("t", 0, 0, 8_000)], misleading)
     assert found == {OffsetRange("t", 0, 1_700, 1_701): "cannot price 1700"}
+
+
+def test_a_sweep_searches_the_rest_of_a_piece_when_nothing_after_its_last_row_fails_alone():
+    # two markers before the record, and a budget of one record: the offsets after the last row
+    # are three parts, searched together
+    def records(r):
+        return [o for o in range(r.start, r.end) if o not in (5_498, 5_499)]
+    found = sweep_failing([OffsetRange("t", 0, 0, 16_000)], udf_sweeper({(0, 5_500)}, records),
+                          budget=Budget(max_isolated=1))
+    assert found == {OffsetRange("t", 0, 5_500, 5_501): "cannot price 5500"}
+
+    # offsets 100 and 101 fail together, right after the last row; 700, later in the piece, alone
+    def together_first(split, batch):
+        failed = udf_sweeper({(0, 700)})(split, batch)
+        for i, part in enumerate(split):
+            if any(r.start <= 100 and 101 < r.end for r in part):
+                failed[i] = Failed("two together", OffsetRange("t", 0, 99, 100) if part[0].start < 100 else None,
+                                   read=True)
+        return failed
+    assert sweep_failing([OffsetRange("t", 0, 0, 16_000)], together_first) == {
+        OffsetRange("t", 0, 700, 701): "cannot price 700"}
 
 
 def test_a_sweep_leaves_out_what_fails_only_together_and_keeps_its_limits():
@@ -342,6 +364,10 @@ def test_a_sweep_names_every_task_that_fails_with_a_failed_jobs_message_and_plan
     assert "ValueError: cannot price 1500" in str(failed[4].error).splitlines()[-1]
     unread = task_failures(spread(records, split).select("offset", priced("offset")), len(split), coordinates)
     assert (unread[7].after, unread[7].read) == (None, False)  # no coordinates among its columns
+    retyped = spread(records, split).select("topic", F.col("partition").cast("bigint").alias("partition"), "offset",
+                                            priced("offset"))
+    unread = task_failures(retyped, len(split), coordinates)
+    assert (unread[7].after, unread[7].read) == (None, False)  # not of the coordinates' types
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
     assert task_failures(step(spread(records, split)).groupBy("price").count(), len(split), coordinates) is None
     assert task_failures(step(records), 2, coordinates) is None  # no spread

@@ -7,9 +7,9 @@ Where the step that failed runs each record's rows in the Spark task its record 
 transform and row checks; an append sink's COPY), the records are found by the failing
 tasks: the part is spread over k pieces, each in a Spark task of its own. For the transform
 and row checks, every task runs to its end, and each piece whose task failed is searched
-next, from the last row its task gave (`exactly_once.spark.sweeps`): a few Spark jobs for all
-the records that fail. For a
-COPY, the job stops at the first task that fails, which names the piece to search next
+next, from the last row its task gave (`exactly_once.spark.sweeps`): a few Spark jobs for the
+first record each failing piece holds, what follows it left to the next round of the write. For
+a COPY, the job stops at the first task that fails, which names the piece to search next
 (`locate_failing`): about log_k(n) Spark jobs a record. Where the step does not (an
 aggregate's rows, a trial promotion), or the failure names no task, by bisection over the
 offsets (`narrow`).

@@ -67,7 +67,8 @@ def sweep(parsed: DataFrame, set_aside: SetAside, split: list[list[OffsetRange]]
     shown = sorted(found.items())[:SHOWN]
     log.info("probe: a sweep of %d pieces, %d failing, %d rows a UDF batch (%.1f s)%s%s", len(split), len(found),
              udf_batch, time.monotonic() - started, "".join(
-                 f"; {_offsets(split[i])} failed after {_offsets([f.after]) if f.after else 'no row'}"
+                 f"; {_offsets(split[i])} failed after "
+                 + (_offsets([f.after]) if f.after else "no row" if f.read else "rows not read")
                  for i, f in shown), "; …" if len(found) > len(shown) else "")
     return found
 

@@ -18,13 +18,14 @@ from exactly_once.spark.isolation import PIECES, Budget, Unlocated, found_since,
 # that failed did, by index ({} when every piece passes). Raises `Unlocated` when it cannot tell
 # which task holds which piece.
 Sweep = Callable[[Sequence[Sequence[OffsetRange]], int], "dict[int, Failed]"]
-# A sweep's tasks at most: its failing parts share them, each split in 2 to PIECES.
+# A sweep's tasks (about) at most: a part searched whole takes one, the others share the rest,
+# each split in 2 to PIECES.
 SWEPT_TASKS = 64
-# A sweep's Python UDFs get each task's records in about this many batches at most: a task that
-# fails gave every row of the batches before the one it failed in, so its failing record lies
-# within a batch after its last row (when the transform keeps the records' order), and the
-# batch's records are what the next level searches.
-BATCHES_PER_TASK = 256
+# A sweep's Python UDFs get each task's records in this many batches at most: a task that fails
+# gave every row of the batches before the one it failed in, so its failing record lies within a
+# batch after its last row (when the transform keeps the records' order), and the batch's records
+# are what the next level searches, in batches of one record once a batch and MARKERS fit this.
+BATCHES_PER_TASK = 512
 # Offsets searched after a batch's, as they may hold no record: a Kafka transaction's commit
 # marker between the last row's record and the next (the first order of a transaction raising
 # cost two levels more without them).
@@ -41,23 +42,32 @@ class Failed:
     read: bool = False
 
 
-@dataclass
-class _Cut:
-    """The records a sweep searches after a failed task's last row, and the rest of its piece,
-    searched instead if none of them fails."""
+@dataclass(eq=False)
+class _Scope:
+    """A piece that failed, searched part by part: first the offsets after its task's last row,
+    then the rest of it (`rest`) if nothing under it is found to fail alone (a transform that
+    reorders its rows, offsets holding no record, records that fail only together)."""
 
     rest: list[OffsetRange]
-    failed: bool = False
+    parent: _Scope | None
+    live: int = 0  # its parts and the scopes below it still searched
+    found: bool = False
+
+    def found_one(self) -> None:
+        """A record under it fails alone, which says why each piece above it failed."""
+        scope: _Scope | None = self
+        while scope is not None and not scope.found:
+            scope.found = True
+            scope = scope.parent
 
 
 @dataclass(frozen=True)
 class _Part:
-    """A part a sweep searches: split into pieces, or `whole`, in a task of its own (some of
-    the records after a failed task's last row, of `cut`)."""
+    """A part a sweep searches: split into pieces, or `whole`, in a task of its own."""
 
     ranges: list[OffsetRange]
+    scope: _Scope | None
     whole: bool = False
-    cut: _Cut | None = None
 
 
 def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
@@ -66,29 +76,29 @@ def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
     part known to fail is split into pieces, every part's pieces in one job whose tasks all run
     to their end (`sweep`), and each piece that failed is searched again, down to a record. A
     piece whose task failed after giving the rows of the records up to some offset (or none, in
-    a piece of one range) is searched next from there, in a task of its own, the offsets of one
-    batch of its Python UDFs (`udf_batch`): where the transform keeps the records' order, the
-    record it failed on is among them; if they pass, the rest of the piece is searched instead. So all
-    the records that fail cost a few jobs together, where the search by a job's first failed task
-    costs about log_k(n) per record. Beyond `budget`'s limit of records, only that many failed
-    pieces and one more are searched, which is enough to find too many. A piece whose pieces
-    all pass (records that fail only together) is left out, and so is what follows the records
-    searched after a failed task's last row: what fails there fails the next round of the
-    write. `Unlocated` from `sweep` is raised unless records were found before it, which are
-    returned then (the next round of the write finds the rest)."""
+    a piece of one range) is searched next from there: the offsets of a batch of its Python
+    UDFs (`udf_batch`) in a task of their own, or each on its own after batches of one record,
+    where the record it failed on is when the transform keeps the records' order; the rest of
+    the piece only if nothing there fails alone. So the first record each failed piece holds
+    costs a few jobs, all of them together; what follows it in its piece fails the next round
+    of the write. Beyond `budget`'s limit of records, only that many failed pieces and one more
+    are searched, which is enough to find too many. A piece whose parts all pass (records that
+    fail only together) is left out. `Unlocated` from `sweep` is raised unless records were
+    found before it, which are returned then (the next round of the write finds the rest)."""
     budget = budget or Budget()
     earlier = set(budget.found)
-    level = [_Part([r for r in failing if r.size])]
+    level = [_Part([r for r in failing if r.size], None)]
     while level:
-        level = level[:budget.max_isolated + 1]
         wholes = sum(part.whole for part in level)
         share = max(2, min(k, (SWEPT_TASKS - wholes) // max(1, len(level) - wholes)))
-        split, of = [], []
+        split, part_of = [], []
         for part in level:
             taken = [part.ranges] if part.whole else [
                 p for p in pieces(part.ranges, min(share, size(part.ranges))) if p]
             split += taken
-            of += [part] * len(taken)
+            part_of += [part] * len(taken)
+        if not split:
+            break
         batch = udf_batch(split)
         try:
             failed = budget.ask(lambda pieces_: sweep(pieces_, batch), split)
@@ -96,36 +106,72 @@ def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
             if len(budget.found) > len(earlier):
                 break
             raise
-        level = []
-        for i, piece in enumerate(split):
-            if i not in failed:
+        searched, level, failing = level, [], []
+        for i, how in sorted(failed.items()):
+            if size(split[i]) > 1:
+                failing.append(i)
                 continue
-            if of[i].cut is not None:
-                of[i].cut.failed = True
-            if size(piece) == 1:
-                budget.add(piece[0], failed[i].why)
-            else:
-                level += _after(piece, failed[i], batch)
-        # the records after a last row passed: the failure was elsewhere in its piece
-        cuts = {id(part.cut): part.cut for part in of if part.cut is not None and not part.cut.failed}
-        level += [_Part(cut.rest) for cut in cuts.values() if cut.rest]
+            budget.add(split[i][0], how.why)
+            if part_of[i].scope is not None:
+                part_of[i].scope.found_one()
+        for i in failing[:budget.max_isolated + 1]:
+            level += _next_parts(split[i], failed[i], batch, part_of[i].scope)
+        for part in searched:  # each searched: a scope with none left searches its rest, or is done
+            level += _done(part.scope)
     return found_since(budget, earlier)
 
 
+def _next_parts(piece: list[OffsetRange], failed: Failed, batch: int, parent: _Scope | None) -> list[_Part]:
+    """The parts to search of a piece that failed, in a scope of their own below `parent`. A task
+    that gave no row of its piece most likely met offsets that hold no record first (an aborted
+    transaction's, a compacted topic's): the rest of the piece is searched at once too."""
+    searched = _after_last_row(piece, failed, batch)
+    if searched is None:
+        scope = _Scope([], parent)
+        parts = [_Part(piece, scope)]
+    else:
+        rest = without(piece, [searched])
+        scope = _Scope(rest if failed.after is not None else [], parent)
+        offsets = [searched] if batch > 1 else [OffsetRange(searched.topic, searched.partition, o, o + 1)
+                                                for o in range(searched.start, searched.end)]
+        parts = [_Part([part], scope, whole=True) for part in offsets]
+        if failed.after is None:
+            parts.append(_Part(rest, scope))
+    scope.live = len(parts)
+    if parent is not None:
+        parent.live += 1
+    return parts
+
+
+def _done(scope: _Scope | None) -> list[_Part]:
+    """What a scope searches once one of its parts was searched: its rest, when none is left and
+    nothing under it failed alone; and so on above it, as each scope it closes is done."""
+    while scope is not None:
+        scope.live -= 1
+        if scope.live:
+            return []
+        if scope.rest and not scope.found:
+            rest, scope.rest, scope.live = scope.rest, [], 1
+            return [_Part(rest, scope)]
+        scope = scope.parent
+    return []
+
+
 def udf_batch(split: Sequence[Sequence[OffsetRange]]) -> int:
-    """The records a sweep's Python UDFs get at once: each task's in BATCHES_PER_TASK batches."""
-    return max(1, -(-max(size(piece) for piece in split) // BATCHES_PER_TASK))
+    """The records a sweep's Python UDFs get at once: each task's in BATCHES_PER_TASK batches or
+    fewer, a power of two (PySpark starts a pool of workers for each batch size it is given)."""
+    batches = -(-max(size(piece) for piece in split) // BATCHES_PER_TASK)
+    return 1 << max(0, batches - 1).bit_length()
 
 
-def _after(piece: list[OffsetRange], failed: Failed, batch: int) -> list[_Part]:
-    """What to search of a piece whose task failed, given the last record whose rows it gave:
-    the offsets of a batch (and MARKERS) after that record in its range, or from the start of
-    a piece of one range if it gave none: whole, or each offset on its own after batches of one
-    record; the rest of the piece kept in case they pass. Else (the task gave no row of a piece
-    of several ranges, whose order in the task is not known) the piece."""
+def _after_last_row(piece: list[OffsetRange], failed: Failed, batch: int) -> OffsetRange | None:
+    """The offsets of a batch (and MARKERS) after the last record whose rows a failed piece's
+    task gave, in that record's range; from its start for a piece of one range whose task gave
+    no row. None where the task's rows were not read, it gave no row of a piece of several
+    ranges (whose order in the task is not known), or they would be the whole piece."""
     after = failed.after
     if not failed.read:
-        return [_Part(piece)]
+        return None
     if after is None:
         within, start = (piece[0], piece[0].start) if len(piece) == 1 else (None, 0)
     else:
@@ -133,12 +179,6 @@ def _after(piece: list[OffsetRange], failed: Failed, batch: int) -> list[_Part]:
                        and r.start <= after.start < r.end), None)
         start = after.start + 1
     if within is None:
-        return [_Part(piece)]
+        return None
     searched = OffsetRange(within.topic, within.partition, start, min(within.end, start + batch + MARKERS))
-    if not searched.size or [searched] == piece:
-        return [_Part(piece)]
-    cut = _Cut(without(piece, [searched]))
-    if batch > 1:
-        return [_Part([searched], whole=True, cut=cut)]
-    return [_Part([OffsetRange(searched.topic, searched.partition, o, o + 1)], whole=True, cut=cut)
-            for o in range(searched.start, searched.end)]
+    return searched if searched.size and [searched] != piece else None

@@ -1,4 +1,4 @@
-"""Record isolation's sweep (exactly_once.spark.isolation.sweep_failing) on the driver's JVM: a
+"""Record isolation's sweep (exactly_once.spark.sweeps) on the driver's JVM: a
 frame whose tasks each hold a known part of the records computed to the end of every task, the
 error a task's rows raise kept as that task's result (jvm/: exactly_once.isolation.TaskFailures),
 so one job names every task that fails. Its tasks hold either the pieces of a spread
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from py4j.java_gateway import JavaClass
-from py4j.protocol import Py4JJavaError
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors.exceptions.captured import convert_exception
 from pyspark.sql import DataFrame
 
@@ -41,7 +41,8 @@ def task_failures(frame: DataFrame, pieces: int, coordinates: Sequence[str],
     planning it). A job that fails anyway (an error Java cannot carry back, a lost executor)
     raises its error."""
     batches = {} if udf_batch is None else dict.fromkeys(UDF_BATCHES, str(udf_batch))
-    read = set(coordinates) <= set(frame.columns)  # as the JVM finds them
+    types = dict(frame.dtypes)
+    read = [types.get(name) for name in coordinates] == ["string", "int", "bigint"]  # as the JVM finds them
     failed = _swept(frame, lambda failures: failures.of(frame._jdf, pieces, list(coordinates)), batches)
     return None if failed is None else {
         int(index): TaskFailure(convert_exception(error), None if offset is None else (topic, partition, offset), read)
@@ -70,12 +71,14 @@ def _swept(frame: DataFrame, sweep: Callable, settings: Mapping[str, str]) -> li
         return None
     changed = {ADAPTIVE: "false", **settings}
     before = {name: session.conf.get(name, None) for name in changed}
-    for name, value in changed.items():
-        session.conf.set(name, value)
     try:
+        for name, value in changed.items():
+            session.conf.set(name, value)
         return sweep(failures)
     except Py4JJavaError as error:
         raise convert_exception(error.java_exception) from None
+    except Py4JError:  # a driver with an older jar, whose methods take other arguments
+        return None
     finally:
         for name, value in before.items():
             if value is None:

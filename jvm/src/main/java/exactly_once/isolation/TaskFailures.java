@@ -26,6 +26,8 @@ import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.adaptive.AdaptiveSparkPlanExec;
 import org.apache.spark.sql.execution.columnar.InMemoryTableScanExec;
 import org.apache.spark.sql.execution.exchange.ShuffleExchangeLike;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.util.Utils;
 
@@ -68,12 +70,18 @@ public final class TaskFailures {
         ? run(rows, maxFailures(frame), ordinals(frame, coordinates)) : null;
   }
 
-  /** The columns' ordinals in the frame's rows; null if one is not there. */
+  /** The Kafka coordinates' types, in the order they are named. */
+  private static final DataType[] COORDINATES = {DataTypes.StringType, DataTypes.IntegerType, DataTypes.LongType};
+
+  /** The coordinates' ordinals in the frame's rows; null unless each is there, of its type. */
   private static int[] ordinals(Dataset<Row> frame, List<String> names) {
-    int[] found = new int[names.size()];
+    if (names.size() != COORDINATES.length) {
+      return null;
+    }
+    int[] found = new int[COORDINATES.length];
     for (int i = 0; i < found.length; i++) {
       scala.Option<Object> at = frame.schema().getFieldIndex(names.get(i));
-      if (at.isEmpty()) {
+      if (at.isEmpty() || !frame.schema().fields()[(Integer) at.get()].dataType().equals(COORDINATES[i])) {
         return null;
       }
       found[i] = (Integer) at.get();
