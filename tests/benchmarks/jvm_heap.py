@@ -37,7 +37,7 @@ def heap(pid: int) -> Heap | None:
     try:
         alive = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
         data = counters_file(pid).read_bytes() if alive else b""
-    except OSError:
+    except (OSError, KeyError):  # KeyError: a user with no name, for whom HotSpot publishes nothing
         return None
     try:
         counters = _counters(data)

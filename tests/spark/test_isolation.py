@@ -307,6 +307,15 @@ def test_a_sweep_searches_the_rest_of_a_piece_when_nothing_after_its_last_row_fa
         OffsetRange("t", 0, 700, 701): "cannot price 700"}
 
 
+def test_a_sweep_keeps_its_jobs_within_their_tasks_bound_however_many_parts_it_searches():
+    # 16 failed pieces that gave no row, each searched in three single offsets and its rest: 64 parts
+    bad = {(0, o) for o in range(0, 1_600, 100)}
+    calls = []
+    found = sweep_failing([OffsetRange("t", 0, 0, 1_600)], udf_sweeper(bad, calls=calls))  # asserts the bound
+    assert found.keys() == {OffsetRange("t", p, o, o + 1) for p, o in bad}
+    assert max(len(split) for split, _ in calls) == SWEPT_TASKS
+
+
 def test_a_sweep_leaves_out_what_fails_only_together_and_keeps_its_limits():
     def together(split, batch):  # fails whenever offsets 3 and 4 of partition 0 are in one piece
         return {i: Failed("two together") for i, part in enumerate(split)

@@ -18,8 +18,8 @@ from exactly_once.spark.isolation import PIECES, Budget, Unlocated, found_since,
 # that failed did, by index ({} when every piece passes). Raises `Unlocated` when it cannot tell
 # which task holds which piece.
 Sweep = Callable[[Sequence[Sequence[OffsetRange]], int], "dict[int, Failed]"]
-# A sweep's tasks (about) at most: a part searched whole takes one, the others share the rest,
-# each split in 2 to PIECES.
+# A sweep's tasks at most: a part searched whole takes one, the others share the rest, each split
+# in 2 to PIECES; parts beyond them wait for the next job.
 SWEPT_TASKS = 64
 # A sweep's Python UDFs get each task's records in this many batches at most: a task that fails
 # gave every row of the batches before the one it failed in, so its failing record lies within a
@@ -91,12 +91,16 @@ def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
     while level:
         wholes = sum(part.whole for part in level)
         share = max(2, min(k, (SWEPT_TASKS - wholes) // max(1, len(level) - wholes)))
-        split, part_of = [], []
+        split, part_of, searched, waiting = [], [], [], []
         for part in level:
             taken = [part.ranges] if part.whole else [
                 p for p in pieces(part.ranges, min(share, size(part.ranges))) if p]
+            if split and len(split) + len(taken) > SWEPT_TASKS:  # the job's tasks are full: the next job's
+                waiting.append(part)
+                continue
             split += taken
             part_of += [part] * len(taken)
+            searched.append(part)
         if not split:
             break
         batch = udf_batch(split)
@@ -106,7 +110,7 @@ def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
             if len(budget.found) > len(earlier):
                 break
             raise
-        searched, level, failing = level, [], []
+        level, failing = waiting, []
         for i, how in sorted(failed.items()):
             if size(split[i]) > 1:
                 failing.append(i)

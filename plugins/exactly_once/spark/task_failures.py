@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from py4j.java_gateway import JavaClass
-from py4j.protocol import Py4JError, Py4JJavaError
+from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from pyspark.errors.exceptions.captured import convert_exception
 from pyspark.sql import DataFrame
 
@@ -77,6 +77,8 @@ def _swept(frame: DataFrame, sweep: Callable, settings: Mapping[str, str]) -> li
         return sweep(failures)
     except Py4JJavaError as error:
         raise convert_exception(error.java_exception) from None
+    except Py4JNetworkError:
+        raise
     except Py4JError:  # a driver with an older jar, whose methods take other arguments
         return None
     finally:
