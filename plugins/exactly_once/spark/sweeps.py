@@ -77,9 +77,9 @@ def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
     to their end (`sweep`), and each piece that failed is searched again, down to a record. A
     piece whose task failed after giving the rows of the records up to some offset (or none, in
     a piece of one range) is searched next from there: the offsets of a batch of its Python
-    UDFs (`udf_batch`) in a task of their own, or each on its own after batches of one record,
-    where the record it failed on is when the transform keeps the records' order; the rest of
-    the piece only if nothing there fails alone. So the first record each failed piece holds
+    UDFs (`udf_batch`) in a task of their own, or each on its own after batches of one record
+    (where the transform keeps the records' order, the record it failed on is among them); the
+    rest of the piece only if nothing there fails alone. So the first record each failed piece holds
     costs a few jobs, all of them together; what follows it in its piece fails the next round
     of the write. Beyond `budget`'s limit of records, only that many failed pieces and one more
     are searched, which is enough to find too many. A piece whose parts all pass (records that
