@@ -411,8 +411,45 @@ def test_the_writes_first_pass_names_every_partition_of_the_cached_records_that_
         assert partitions_cached() == before + 2  # the rows of the two that passed
         assert task_failures_over(records.select("offset").repartition(4), records) is None  # a shuffle of its own
         assert task_failures_over(records.coalesce(2), records) is None  # tasks reading other partitions
+        assert sorted(task_failures_over(checked, records, [1, 3])) == [3]  # those tasks only: 0 would fail
     finally:
         checked.unpersist()
+        records.unpersist()
+
+
+def test_a_rounds_rows_are_read_partition_by_partition_from_the_caches_that_hold_them(spark):
+    """The write's next round (exactly_once.spark.kept_rows) reads each partition's checked rows
+    from the cache that holds them whole: a cache whose task raised for one partition is never
+    asked for that one, which would compute it again, and raise."""
+    from pyspark.sql import functions as F
+
+    from exactly_once.spark.kept_rows import _picked
+    from exactly_once.spark.task_failures import task_failures_over
+
+    @F.udf("long")
+    def priced(offset):
+        if offset == 2400:
+            raise ValueError(f"cannot price {offset}")
+        return offset
+
+    records = spark.range(0, 3000, numPartitions=4).select(F.col("id").alias("offset"),
+                                                           F.lit(None).cast("string").alias("reason")).persist()
+    records.count()
+    first = records.select("offset", priced("offset").alias("price")).persist()
+    again = records.where("offset != 2400").select("offset", (F.col("offset") * 10).alias("price")).persist()
+    try:
+        assert sorted(task_failures_over(first, records)) == [3]
+        picked = _picked([first, again], [0, 0, 0, 1])  # partition 3's rows from the cache that has them
+        assert picked.rdd.getNumPartitions() == 4
+        rows = picked.select(F.spark_partition_id().alias("p"), "offset", "price").collect()
+        assert sorted((r.offset, r.price, r.p) for r in rows) == sorted(
+            [(o, o, o * 4 // 3000) for o in range(0, 2250)] + [(o, o * 10, 3) for o in range(2250, 3000) if o != 2400])
+        with pytest.raises(Exception, match="cannot price 2400"):
+            _picked([first, again], [0, 0, 0, 0]).count()  # partition 3 computed again from its plan: it raises
+        assert _picked([first, records.select("offset", F.col("offset").alias("price"))], [0, 1, 1, 1]) is None
+    finally:
+        again.unpersist()
+        first.unpersist()
         records.unpersist()
 
 

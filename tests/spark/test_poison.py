@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
+from collections import Counter
 from contextlib import closing
 
 import psycopg2
@@ -24,6 +26,7 @@ from exactly_once_stack import spark_cluster
 from exactly_once_stack.settings import spark_connection
 from tests.job_role import job_db_url
 from tests.spark.poison import TRANSFORM, Orders, order, valid_orders
+from tests.spark.transforms import PRICED
 
 NUL = "\u0000"
 STANDALONE = "spark_poison_standalone"  # the Airflow connection the standalone test gives the job's Spark
@@ -242,6 +245,53 @@ def test_a_column_of_the_transform_no_sink_takes_is_never_computed(spark, ledger
     orders.assert_exact()
     assert list(orders.dead_letter_reasons().values()) == [
         "transform tests.spark.transforms:raises_in_a_column_no_sink_takes: ValueError: cannot price order raises"]
+
+
+def test_the_write_after_isolation_runs_the_transform_again_only_over_the_partitions_that_failed(
+        spark, ledger_db, kafka_servers, topic):
+    """The write's first pass names the partition of the cached records whose task raised; the
+    next round reads the rows of the others from its cache: the transform ran once on each
+    record of the partition that passed, and the record it raises on is the one dead letter."""
+    orders = Orders(ledger_db, kafka_servers, topic, transform="tests.spark.transforms:counts_what_it_prices")
+    raises = order("raises")
+    # two Kafka partitions, so two Spark tasks read them, one each (small ranges read together
+    # never fill fewer tasks than local[2]'s cores)
+    valid = [(i % 2, key, value) for i, (_, key, value) in enumerate(valid_orders(0, 24))]
+    shutil.rmtree(PRICED / topic, ignore_errors=True)
+    orders.produce(valid[:12] + [(1, b"k", raises)] + valid[12:])
+
+    orders.run(spark)
+
+    orders.bad = {raises}
+    orders.assert_exact()
+    assert list(orders.dead_letter_reasons().values()) == [
+        "transform tests.spark.transforms:counts_what_it_prices: ValueError: cannot price order raises"]
+    priced = Counter(line for noted in (PRICED / topic).iterdir() for line in noted.read_text().splitlines())
+    shutil.rmtree(PRICED / topic)
+    partition = {json.loads(r.value)["id"]: r.partition for r in orders.records}
+    assert {i: n for i, n in priced.items() if partition[i] == 0} == {i: 1 for i, p in partition.items() if p == 0}
+    assert priced["raises"] > 1 and all(n > 1 for i, n in priced.items() if partition[i] == 1)  # its partition's again
+
+
+def test_a_record_a_later_round_sets_aside_in_a_partition_whose_rows_are_kept_reaches_no_sink(
+        spark, ledger_db, kafka_servers, topic):
+    """After the transform raised in one partition, a CHECK constraint refuses a record of the
+    other, whose checked rows the write keeps: the trial sets it aside, and the next round's rows
+    from the kept cache leave its rows out, so it is the one dead letter with the constraint's
+    message, as the record the transform raises on is with the transform's."""
+    orders = Orders(ledger_db, kafka_servers, topic, transform="tests.spark.transforms:counts_what_it_prices")
+    raises, bulk = order("raises"), order("bulk", qty=5000)
+    valid = [(i % 2, key, value) for i, (_, key, value) in enumerate(valid_orders(0, 24))]
+    orders.produce(valid[:12] + [(1, b"k", raises), (0, b"k", bulk)] + valid[12:])
+
+    orders.run(spark)
+
+    orders.bad = {raises, bulk}
+    orders.assert_exact()
+    assert sorted(orders.dead_letter_reasons().values()) == [
+        'sink orders: new row for relation "orders" violates check constraint "orders_qty_check"',
+        "transform tests.spark.transforms:counts_what_it_prices: ValueError: cannot price order raises"]
+    shutil.rmtree(PRICED / topic, ignore_errors=True)
 
 
 def test_a_transform_raising_on_every_record_fails_the_attempt_saying_the_cause_is_not_in_the_records(

@@ -1,7 +1,13 @@
 """Transforms named in the test pipelines' configuration ("module:function")."""
 
+import os
+import tempfile
+from pathlib import Path
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+PRICED = Path(tempfile.gettempdir()) / "exactly_once_priced"  # counts_what_it_prices's notes, a folder a topic
 
 
 def measures(rows: DataFrame) -> DataFrame:
@@ -25,6 +31,23 @@ def refuses_one_order(rows: DataFrame) -> DataFrame:
         return order_id
 
     return rows.withColumns({"id": priced("id"), "quantity": F.col("qty")})
+
+
+def counts_what_it_prices(rows: DataFrame) -> DataFrame:
+    """refuses_one_order, noting each order it prices, before it raises, in a file of its Python
+    worker's under PRICED/<the record's topic>: how many times the transform ran on each record."""
+
+    @F.udf("string")
+    def priced(order_id: str, topic: str) -> str:
+        folder = PRICED / topic
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / str(os.getpid()), "a") as noted:
+            noted.write(order_id + "\n")
+        if order_id == "raises":
+            raise ValueError(f"cannot price order {order_id}")
+        return order_id
+
+    return rows.withColumns({"id": priced("id", "kafka_topic"), "quantity": F.col("qty")})
 
 
 def nulls_the_sku_of_keyless(rows: DataFrame) -> DataFrame:

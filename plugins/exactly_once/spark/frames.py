@@ -47,12 +47,14 @@ def cache_level(session: SparkSession) -> StorageLevel:
         else StorageLevel.MEMORY_AND_DISK
 
 
-def in_ranges(ranges: Sequence[OffsetRange]) -> Column:
-    """Whether a Kafka record (columns topic, partition, offset) lies in one of `ranges`."""
+def in_ranges(ranges: Sequence[OffsetRange], coordinates: Sequence[str] = ("topic", "partition", "offset")) -> Column:
+    """Whether a Kafka record (its topic, partition and offset in the columns `coordinates`: a
+    record's, or a transformed row's COORDINATES) lies in one of `ranges`."""
+    topic, partition, offset = coordinates
     inside = F.lit(False)
     for r in ranges:
-        inside = inside | ((F.col("topic") == r.topic) & (F.col("partition") == r.partition)
-                           & F.col("offset").between(r.start, r.end - 1))
+        inside = inside | ((F.col(topic) == r.topic) & (F.col(partition) == r.partition)
+                           & F.col(offset).between(r.start, r.end - 1))
     return inside
 
 
@@ -225,13 +227,13 @@ class AttemptFrames:
     unparsed: DataFrame             # the dead letters of records that do not parse or fit, or are set aside
     letters: DataFrame              # those and the dead letters of records a sink table would refuse
     bad: DataFrame                  # where and why records are bad (not those set aside): for `fail`
-    refused: DataFrame              # cached, like `checked`: `release` when the frames are written
-    checked: DataFrame              # the checked rows (checked_rows), which every sink reads
+    refused: DataFrame              # cached: `release` when the frames are written
+    owned: list[DataFrame]          # what the frames cached: the refusals, and the checked rows unless given
 
     def release(self) -> None:
         """Drops what the frames cached."""
-        self.refused.unpersist()
-        self.checked.unpersist()
+        for frame in self.owned:
+            frame.unpersist()
 
     def staging(self, any_refused: bool) -> dict[str, DataFrame]:
         """Every sink's frame and the dead letters under DEAD_LETTERS. Without refusals the
@@ -239,28 +241,33 @@ class AttemptFrames:
         return {DEAD_LETTERS: self.letters if any_refused else self.unparsed, **self.sinks}
 
 
-def attempt_frames(parsed: DataFrame, config: PipelineConfig,
-                   columns: Mapping[str, list[ColumnType]]) -> AttemptFrames:
+def attempt_frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]],
+                   checked: DataFrame | None = None) -> AttemptFrames:
     """What each sink stages from the parsed records, keyed by sink name, and the dead
     letters (with their raw key and value: a transform does not carry them). A row
-    refused by one sink's table reaches no sink."""
+    refused by one sink's table reaches no sink. `checked`: the records' checked rows, from
+    caches the caller keeps (a write's rounds, exactly_once.spark.kept_rows); else computed."""
     # Cached: the transform and the row checks run once a round of the write, however many
     # sinks read them (a Python UDF of 0.15 s a record ran four times over, issue 63); the
     # refusals computed from them, once too. A transform may make several rows of one record; a
     # record with one refused row reaches no sink at all.
     level = cache_level(parsed.sparkSession)
-    checked = checked_rows(parsed, config, columns).persist(level)
+    owned = []
+    if checked is None:
+        checked = checked_rows(parsed, config, columns).persist(level)
+        owned.append(checked)
     refused = _refused(checked).persist(level)
+    owned.append(refused)
     try:
-        return _frames(parsed, config, columns, checked, refused)
+        return _frames(parsed, config, columns, checked, refused, owned)
     except Exception:  # a sink's rows that cannot be made (a column missing, say): nothing stays cached
-        refused.unpersist()
-        checked.unpersist()
+        for frame in owned:
+            frame.unpersist()
         raise
 
 
 def _frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]], checked: DataFrame,
-            refused: DataFrame) -> AttemptFrames:
+            refused: DataFrame, owned: list[DataFrame]) -> AttemptFrames:
     """attempt_frames from the cached checked rows and refusals."""
     accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
                 .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
@@ -277,4 +284,4 @@ def _frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, lis
         {sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
                                                [c.name for c in columns[sink.name]])
          for sink in config.sinks},
-        unparsed.select(*letter), letters.select(*letter), bad, refused, checked)
+        unparsed.select(*letter), letters.select(*letter), bad, refused, owned)

@@ -1,6 +1,7 @@
 """The first step of an attempt's staging write, the transform and the row checks, run to the
 end of every Spark task where the driver's JVM can run it so (exactly_once.spark.task_failures):
-over the cached records into the checked rows' cache, naming every task that fails; over pieces
+over the cached records into the checked rows' cache (those a round computes again,
+exactly_once.spark.kept_rows), naming every task that fails; over pieces
 of the records for record isolation's sweeps; and, elsewhere, as a probe into Spark's noop sink."""
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.tables import DEAD_LETTERS
-from exactly_once.spark.frames import COORDINATES, AttemptFrames, SetAside, checked_rows, with_set_aside
+from exactly_once.spark.frames import COORDINATES, SetAside, checked_rows, with_set_aside
 from exactly_once.spark.isolation import ROWS, Unlocated
+from exactly_once.spark.kept_rows import Round
 from exactly_once.spark.spread import spread
 from exactly_once.spark.step_failed import StepFailed
 from exactly_once.spark.sweeps import Failed
@@ -27,18 +29,23 @@ log = logging.getLogger(__name__)
 SHOWN = 10  # failed pieces a sweep's log line names, with where their tasks failed
 
 
-def check(frames: AttemptFrames, records: DataFrame, transform: str | None) -> None:
-    """The checked rows computed into their cache, every task over the cached `records` to its
-    end where the driver's JVM can run them so (not over Spark Connect, nor for a transform
-    with a shuffle of its own: the refusals' count computes them then); `StepFailed` naming
-    every task that failed, with why the first did (one whose error is not a record's first)."""
+def check(this_round: Round, records: DataFrame, transform: str | None) -> bool:
+    """The round's checked rows computed into their cache (those of the partitions it computes,
+    exactly_once.spark.kept_rows), every task over the cached `records` to its end where the
+    driver's JVM can run them so; whether it could (not over Spark Connect, nor for a transform
+    with a shuffle of its own: the refusals' count computes them then). `StepFailed` naming
+    every task (the records' partition) that failed, with why the first did (one whose error is
+    not a record's first)."""
+    if this_round.computed is None:
+        return True  # every row kept from the rounds before
     try:
-        failed = task_failures_over(frames.checked, records)
+        failed = task_failures_over(this_round.computed, records, this_round.partitions)
     except Exception as error:
         raise StepFailed(DEAD_LETTERS, error, transform, ROWS) from error
     if failed:
         index = min(failed, key=lambda i: (record_failure(failed[i]) is not None, i))
         raise StepFailed(DEAD_LETTERS, failed[index], transform, ROWS, tasks=sorted(failed)) from failed[index]
+    return failed is not None
 
 
 def sweep(parsed: DataFrame, set_aside: SetAside, split: list[list[OffsetRange]], udf_batch: int,

@@ -35,6 +35,7 @@ from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, 
                                        with_set_aside)
 from exactly_once.spark.isolation import (MAX_ISOLATED, ROWS, Budget, Located, NotIsolated, Step, Unlocated,
                                           describe, locate_failing, narrow)
+from exactly_once.spark.kept_rows import KeptRows, Round
 from exactly_once.spark.spread import FailedTasks, cached_pieces, spread
 from exactly_once.spark.staging_tables import promoted_on_trial, require_staged_types
 from exactly_once.spark.staging_writes import StagingWrites
@@ -83,12 +84,13 @@ class Staging:
             count = parsed.count()
         tasks = FailedTasks.of(parsed.sparkSession)
         budget = Budget()  # isolation's limits, over every round
+        kept = KeptRows(parsed, self.config, self.columns)
         try:
             for _ in range(self.rounds):
                 try:
                     faults.point("increment.before_write")
                     with phase("write_staging"), (tasks.group() if tasks else nullcontext()) as group:
-                        return count, self.write(with_set_aside(parsed, set_aside), self.attempt, parsed)
+                        return count, self.write(parsed, set_aside, kept)
                 except StepFailed as refused:
                     if refused.reason is None:
                         raise refused.__cause__ from None
@@ -96,6 +98,7 @@ class Staging:
                         located = (tasks, group) if tasks and self._locatable(refused.step) else None
                         set_aside += list(self.isolate(parsed, set_aside, refused, located, budget).items())
         finally:
+            kept.release()
             parsed.unpersist()
         raise NotIsolated(f"checkpoint {self.checkpoint_id}: writes kept failing after isolating "
                           + ", ".join(f"{r.topic}[{r.partition}]@{r.start}" for r, _ in set_aside))
@@ -147,30 +150,43 @@ class Staging:
                               # the policy `fail` names every record it can at once
                               rest_is_the_next_write=refused.step == ROWS and self.config.on_bad_record != "fail")
 
-    def write(self, parsed: DataFrame, tag: int, records: DataFrame) -> dict[str, int]:
-        """Stages the rows tagged `tag` and promotes them on trial where a table may refuse
-        some; `StepFailed` says which step failed. `parsed` is the cached `records` with those
-        set aside."""
-        frames = attempt_frames(parsed, self.config, self.columns)
+    def write(self, records: DataFrame, set_aside: SetAside, kept: KeptRows) -> dict[str, int]:
+        """Stages the rows of the cached `records`, those `set_aside` as dead letters, and
+        promotes them on trial where a table may refuse some; `StepFailed` says which step
+        failed. The checked rows a round before computed whole come from `kept`."""
         try:
-            rows_step.check(frames, records, self.config.transform)
-            if self.config.on_bad_record == "fail":
-                first = self._first_bad(frames)
-                if first:
-                    raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
-                                     f"{self.checkpoint_id} read "
-                                     + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
-            staging = frames.staging(any_refused=self._refusals(frames) > 0)
-            with self.ledger.rows() as rows:  # every table before any row is written, each once an attempt
-                for name, frame in staging.items():
-                    if name not in self.typed:
-                        require_staged_types(rows, self.config, name, frame)
-                        self.typed.add(name)
-            written = self.writes.every_table(staging, tag)
+            self._check(kept.round(set_aside), records, kept)
+            frames = attempt_frames(with_set_aside(records, set_aside), self.config, self.columns,
+                                    kept.rows(set_aside))
+            try:
+                if self.config.on_bad_record == "fail":
+                    first = self._first_bad(frames)
+                    if first:
+                        raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
+                                         f"{self.checkpoint_id} read "
+                                         + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
+                staging = frames.staging(any_refused=self._refusals(frames) > 0)
+                with self.ledger.rows() as rows:  # every table before any row is written, each once an attempt
+                    for name, frame in staging.items():
+                        if name not in self.typed:
+                            require_staged_types(rows, self.config, name, frame)
+                            self.typed.add(name)
+                written = self.writes.every_table(staging, self.attempt)
+            finally:
+                frames.release()
         finally:
-            frames.release()
-        self._trial_promote(tag, [sink.name for sink in self.refusing])
+            kept.end_round()
+        self._trial_promote(self.attempt, [sink.name for sink in self.refusing])
         return written
+
+    def _check(self, this_round: Round, records: DataFrame, kept: KeptRows) -> None:
+        """The write's first pass (rows_step.check), what it computed whole told to `kept`."""
+        try:
+            swept = rows_step.check(this_round, records, self.config.transform)
+        except StepFailed as failed:
+            kept.settle(failed.tasks or None)
+            raise
+        kept.settle([] if swept else None)
 
     def _cached_pieces(self, parsed: DataFrame) -> list[list[OffsetRange]]:
         """The offsets of each partition of the attempt's cached records (a Spark job, once)."""

@@ -49,13 +49,17 @@ def task_failures(frame: DataFrame, pieces: int, coordinates: Sequence[str],
         for index, error, topic, partition, offset in failed}
 
 
-def task_failures_over(frame: DataFrame, cached: DataFrame) -> dict[int, Exception] | None:
+def task_failures_over(frame: DataFrame, cached: DataFrame,
+                       partitions: Sequence[int] | None = None) -> dict[int, Exception] | None:
     """The error of each task of a frame whose task i reads partition i of the `cached` frame's
     cache and no other (no shuffle), as `task_failures` (no rows' coordinates: a frame itself
-    cached is computed into its cache). A cached frame's plan is adaptive (cached before this
-    turns that off), so a shuffle of its own is found only after its stages below it ran (reused
-    by its later jobs): None, or their error."""
-    failed = _swept(frame, lambda failures: failures.over(frame._jdf, cached._jdf), {})
+    cached is computed into its cache); only the tasks of `partitions` when given. A cached
+    frame's plan is adaptive (cached before this turns that off), so a shuffle of its own is
+    found only after its stages below it ran (reused by its later jobs): None, or their error."""
+    def over(failures):  # an older jar has no `over` of some partitions
+        return failures.over(frame._jdf, cached._jdf) if partitions is None else \
+            failures.over(frame._jdf, cached._jdf, list(partitions))
+    failed = _swept(frame, over, {})
     return None if failed is None else {int(index): convert_exception(error) for index, error, *_ in failed}
 
 

@@ -16,6 +16,7 @@ import org.apache.spark.OneToOneDependency;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.TaskContext;
 import org.apache.spark.TaskKilledException;
+import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.scheduler.TaskSchedulerImpl;
 import org.apache.spark.shuffle.FetchFailedException;
@@ -67,7 +68,7 @@ public final class TaskFailures {
     }
     RDD<InternalRow> rows = frame.queryExecution().toRdd();
     return rows.getNumPartitions() == pieces && below(rows, null)
-        ? run(rows, maxFailures(frame), ordinals(frame, coordinates)) : null;
+        ? run(rows, maxFailures(frame), ordinals(frame, coordinates), null) : null;
   }
 
   /** The Kafka coordinates' types, in the order they are named. */
@@ -99,6 +100,11 @@ public final class TaskFailures {
    * later jobs reuse; null then, or their error.)
    */
   public static List<Object[]> over(Dataset<Row> frame, Dataset<Row> cached) {
+    return over(frame, cached, null);
+  }
+
+  /** `over`, running only the tasks of `partitions` (those a round of the write computes). */
+  public static List<Object[]> over(Dataset<Row> frame, Dataset<Row> cached, List<Integer> partitions) {
     SparkPlan plan = frame.queryExecution().executedPlan();
     RDD<?> records = cachedBatches(cached.queryExecution().executedPlan());
     if (records == null || plan instanceof AdaptiveSparkPlanExec || shuffles(plan) != 0) {
@@ -107,12 +113,21 @@ public final class TaskFailures {
     RDD<?> computed = cachedBatches(plan);
     RDD<?> rows = computed != null ? computed : frame.queryExecution().toRdd();
     return rows.getNumPartitions() == records.getNumPartitions() && below(rows, records)
-        ? run(rows, maxFailures(frame), null) : null;
+        ? run(rows, maxFailures(frame), null, partitions) : null;
   }
 
-  private static List<Object[]> run(RDD<?> rows, int maxFailures, int[] coordinates) {
+  private static List<Object[]> run(RDD<?> rows, int maxFailures, int[] coordinates, List<Integer> partitions) {
+    JavaRDD<Object[]> outcomes = new Outcomes(rows, maxFailures, coordinates).toJavaRDD();
+    List<Object[]> results = new ArrayList<>();
+    if (partitions == null) {
+      results.addAll(outcomes.collect());
+    } else {
+      for (List<Object[]> each : outcomes.collectPartitions(partitions.stream().mapToInt(Integer::intValue).toArray())) {
+        results.addAll(each);
+      }
+    }
     List<Object[]> failed = new ArrayList<>();
-    for (Object[] result : new Outcomes(rows, maxFailures, coordinates).toJavaRDD().collect()) {
+    for (Object[] result : results) {
       try {
         failed.add(new Object[] {result[0], deserialized((byte[]) result[1]), result[2], result[3], result[4]});
       } catch (IOException | ClassNotFoundException | RuntimeException unreadable) {

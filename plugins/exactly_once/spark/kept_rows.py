@@ -1,0 +1,123 @@
+"""The checked rows of an attempt's write, kept across its rounds (exactly_once.spark.staging).
+
+Each round of the write starts with its first pass: the transform and the row checks computed
+into a cache, every task to its end where the driver's JVM can run it so (rows_step.check).
+When that pass names the partitions of the cached records whose tasks failed, the others' rows
+are whole in the cache. Later rounds, after isolation set records aside, compute only the
+partitions no cache holds whole, and read the others from the cache that holds them, less the
+rows of the records set aside since: a transform runs once over each record that passes, where
+each round ran it over all of them (a Python UDF over 1 M records, about 5 s a round: issue 63).
+A record's rows are its own (a transform with no shuffle of its own, the only kind whose first
+pass names tasks, is taken to make each record's rows from that record alone) and carry its
+Kafka coordinates, as the refusals of a record's rows need.
+
+Where no task could be named (Spark Connect, a transform with a shuffle of its own, an older
+jar), each round computes every row again, as before. A kept block Spark loses (an executor
+lost) is computed again from the plan of the round that kept it, whose tasks passed there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JError, Py4JNetworkError
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from exactly_once.catalog import ColumnType
+from exactly_once.config import PipelineConfig
+from exactly_once.spark.frames import COORDINATES, SetAside, cache_level, checked_rows, in_ranges, with_set_aside
+
+
+@dataclass(frozen=True)
+class Round:
+    computed: DataFrame | None    # what the round computes, cached (None: every row is kept)
+    partitions: list[int] | None  # the records' partitions it computes (None: all)
+
+
+class KeptRows:
+    def __init__(self, records: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]]):
+        self.records, self.config, self.columns = records, config, columns  # records: the attempt's cached parse
+        self.caches: list[DataFrame] = []   # caches of checked rows, each holding some partitions whole
+        self.cache_of: dict[int, int] = {}  # the records' partitions held whole, each with its cache's index
+        self.current: Round | None = None
+        self.known = True                   # whether the round's first pass said which tasks failed
+        self.whole: DataFrame | None = None  # the round's rows computed anew, where they could not be picked
+
+    def round(self, set_aside: SetAside) -> Round:
+        """What the round computes: the checked rows of the partitions no cache holds whole, into
+        a cache of their own (only planned here; `settle` says what its first pass did)."""
+        partitions = None if not self.cache_of else [i for i in range(self._partitions()) if i not in self.cache_of]
+        self.current, self.known = Round(None, partitions), True
+        if partitions != []:
+            self.current = Round(self._cached(set_aside), partitions)
+        return self.current
+
+    def settle(self, failed: Sequence[int] | None) -> None:
+        """What the round's first pass did: the partitions of the records whose tasks failed,
+        the others' rows now whole in its cache; None if it could not say."""
+        if failed is None:
+            self.known = False
+            return
+        computed = range(self._partitions()) if self.current.partitions is None else self.current.partitions
+        failing = set(failed)
+        passed = [i for i in computed if i not in failing]
+        if passed:
+            self.cache_of.update(dict.fromkeys(passed, len(self.caches)))
+            self.caches.append(self.current.computed)
+
+    def rows(self, set_aside: SetAside) -> DataFrame:
+        """Every checked row of the round, once its first pass passed: partition i those of the
+        records' partition i, from the cache that holds them, less the rows of the records set
+        aside since; where the pass could not say, the round's own cache, computed as it is read."""
+        if not self.known:
+            return self.current.computed
+        held = [self.cache_of[i] for i in range(self._partitions())]
+        rows = self.caches[held[0]] if len(set(held)) == 1 else _picked(self.caches, held)
+        if rows is None:  # not read from caches as they are: computed anew
+            self.whole = rows = self._cached(set_aside)
+        aside = [offsets for offsets, _ in set_aside]
+        return rows.where(~F.coalesce(in_ranges(aside, COORDINATES), F.lit(False))) if aside else rows
+
+    def end_round(self) -> None:
+        """Drops the round's caches that hold no rows kept; every cache where the round's first
+        pass could not say which tasks failed."""
+        current, whole, self.current, self.whole = self.current, self.whole, None, None
+        for cache in (current.computed if current else None, whole):
+            if cache is not None and all(cache is not kept for kept in self.caches):
+                cache.unpersist()
+        if not self.known:
+            self.release()
+
+    def release(self) -> None:
+        """Drops every cache kept."""
+        for cache in self.caches:
+            cache.unpersist()
+        self.caches, self.cache_of = [], {}
+
+    def _cached(self, set_aside: SetAside) -> DataFrame:
+        frame = checked_rows(with_set_aside(self.records, set_aside), self.config, self.columns)
+        return frame.persist(cache_level(self.records.sparkSession))
+
+    def _partitions(self) -> int:
+        """The cached records' partitions: asked only where their tasks were named (`rdd` is not
+        Spark Connect's)."""
+        return self.records.rdd.getNumPartitions()
+
+
+def _picked(caches: list[DataFrame], cache_of: list[int]) -> DataFrame | None:
+    """Partition i of `caches[cache_of[i]]`, by the jar's KeptPartitions; None where the driver's
+    JVM has no such class (an older jar) or a frame is not a cache's rows as they are."""
+    session = caches[0].sparkSession
+    kept = session.sparkContext._jvm.exactly_once.isolation.KeptPartitions
+    if not isinstance(kept, JavaClass):
+        return None
+    try:
+        frame = kept.of([cache._jdf for cache in caches], cache_of)
+    except Py4JNetworkError:
+        raise
+    except Py4JError:  # an older jar, whose method takes other arguments
+        return None
+    return None if frame is None else DataFrame(frame, session)
