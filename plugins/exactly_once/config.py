@@ -101,7 +101,9 @@ class PipelineConfig(Frozen):
                                                             "the `sinks[]` table below.")
     transform: str | None = Field(
         None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
-        description="'module:function' taking and returning a Spark DataFrame, applied before the sinks.")
+        description="'module:function' taking and returning a Spark DataFrame, applied before the sinks; "
+                    "each output row keeps its record's `kafka_` columns and, without a shuffle of the "
+                    "transform's own, comes from that record alone (the docs' Your own pipeline, step 5).")
     on_bad_record: Literal["dead_letter", "fail"] = Field(
         "dead_letter", description="A record that cannot be parsed, does not fit the schema, or whose rows a "
                                    "sink table would refuse: to the dead-letter table, or fail the run naming it.")

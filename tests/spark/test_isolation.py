@@ -453,6 +453,39 @@ def test_a_rounds_rows_are_read_partition_by_partition_from_the_caches_that_hold
         records.unpersist()
 
 
+def test_rows_are_kept_only_from_a_plan_that_makes_them_row_by_row(spark):
+    """A round's rows are kept only where each row comes from its record alone: not from a
+    Python function over batches (`mapInPandas`), nor an expression that is not deterministic."""
+    from pyspark.sql import functions as F
+
+    from exactly_once.spark.kept_rows import _row_by_row
+
+    @F.udf("long")
+    def priced(offset):
+        return offset
+
+    def deduplicated(batches):
+        for batch in batches:
+            yield batch.drop_duplicates("price")
+
+    records = spark.range(0, 100, numPartitions=2).select(F.col("id").alias("offset"),
+                                                          F.lit(None).cast("string").alias("reason")).persist()
+    records.count()
+    frames = {"a Python UDF": records.select("offset", priced("offset").alias("price")),
+              "mapInPandas": records.select("offset", (F.col("offset") % 7).alias("price")).mapInPandas(
+                  deduplicated, "offset long, price long"),
+              "rand()": records.select("offset", (F.rand() * 10).cast("long").alias("price"))}
+    cached = {name: frame.persist() for name, frame in frames.items()}
+    try:
+        assert {name: _row_by_row(frame) for name, frame in cached.items()} == {
+            "a Python UDF": True, "mapInPandas": False, "rand()": False}
+        assert not _row_by_row(records.select(F.col("offset") + 1))  # not a cache's rows as they are
+    finally:
+        for frame in cached.values():
+            frame.unpersist()
+        records.unpersist()
+
+
 def test_each_piece_lands_in_the_spark_partition_of_its_index(spark):
     from pyspark.sql import functions as F
 

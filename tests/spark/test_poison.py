@@ -19,6 +19,7 @@ from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.refusals import PromotionRefused
 from exactly_once.orchestration import tasks
 from exactly_once.orchestration.outcomes import TaskOutcome, after_error
+from exactly_once.spark import kept_rows
 from exactly_once.spark.increment import grouped_tasks, offsets_per_task
 from exactly_once.spark.runners import job_runner
 from exactly_once.spark.settings import JobSettings
@@ -273,16 +274,26 @@ def test_the_write_after_isolation_runs_the_transform_again_only_over_the_partit
     assert priced["raises"] > 1 and all(n > 1 for i, n in priced.items() if partition[i] == 1)  # its partition's again
 
 
+@pytest.mark.parametrize("picked", ["kept", "computed again"])
 def test_a_record_a_later_round_sets_aside_in_a_partition_whose_rows_are_kept_reaches_no_sink(
-        spark, ledger_db, kafka_servers, topic):
+        spark, ledger_db, kafka_servers, topic, monkeypatch, picked):
     """After the transform raised in one partition, a CHECK constraint refuses a record of the
     other, whose checked rows the write keeps: the trial sets it aside, and the next round's rows
     from the kept cache leave its rows out, so it is the one dead letter with the constraint's
-    message, as the record the transform raises on is with the transform's."""
+    message, as the record the transform raises on is with the transform's. Where the kept
+    caches cannot be read partition by partition, the rounds compute every row again, with the
+    same outcome; either way no cache is left behind."""
+    read, reads = [], kept_rows._picked
+
+    def spy(caches, cache_of):
+        read.append(None if picked == "computed again" else reads(caches, cache_of))
+        return read[-1]
+    monkeypatch.setattr(kept_rows, "_picked", spy)
     orders = Orders(ledger_db, kafka_servers, topic, transform="tests.spark.transforms:counts_what_it_prices")
     raises, bulk = order("raises"), order("bulk", qty=5000)
     valid = [(i % 2, key, value) for i, (_, key, value) in enumerate(valid_orders(0, 24))]
     orders.produce(valid[:12] + [(1, b"k", raises), (0, b"k", bulk)] + valid[12:])
+    cached = spark.sparkContext._jsc.getPersistentRDDs().size()
 
     orders.run(spark)
 
@@ -291,6 +302,8 @@ def test_a_record_a_later_round_sets_aside_in_a_partition_whose_rows_are_kept_re
     assert sorted(orders.dead_letter_reasons().values()) == [
         'sink orders: new row for relation "orders" violates check constraint "orders_qty_check"',
         "transform tests.spark.transforms:counts_what_it_prices: ValueError: cannot price order raises"]
+    assert read and (read[-1] is not None) == (picked == "kept")  # the last round's rows: picked, or not
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == cached
     shutil.rmtree(PRICED / topic, ignore_errors=True)
 
 

@@ -12,8 +12,9 @@ pass names tasks, is taken to make each record's rows from that record alone) an
 Kafka coordinates, as the refusals of a record's rows need.
 
 Where no task could be named (Spark Connect, a transform with a shuffle of its own, an older
-jar), each round computes every row again, as before. A kept block Spark loses (an executor
-lost) is computed again from the plan of the round that kept it, whose tasks passed there.
+jar), or the plan makes rows from batches of records (`mapInPandas`) or not deterministically,
+each round computes every row again, as before. A kept block Spark loses (an executor lost) is
+computed again from the plan of the round that kept it, whose tasks passed there.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class KeptRows:
         self.current: Round | None = None
         self.known = True                   # whether the round's first pass said which tasks failed
         self.whole: DataFrame | None = None  # the round's rows computed anew, where they could not be picked
+        self.partitions: int | None = None
 
     def round(self, set_aside: SetAside) -> Round:
         """What the round computes: the checked rows of the partitions no cache holds whole, into
@@ -57,8 +59,10 @@ class KeptRows:
 
     def settle(self, failed: Sequence[int] | None) -> None:
         """What the round's first pass did: the partitions of the records whose tasks failed,
-        the others' rows now whole in its cache; None if it could not say."""
-        if failed is None:
+        the others' rows now whole in its cache; None if it could not say (nothing is kept then,
+        nor where the rows are not made row by row)."""
+        computed_here = self.current.computed
+        if failed is None or computed_here is not None and not _row_by_row(computed_here):
             self.known = False
             return
         computed = range(self._partitions()) if self.current.partitions is None else self.current.partitions
@@ -71,13 +75,18 @@ class KeptRows:
     def rows(self, set_aside: SetAside) -> DataFrame:
         """Every checked row of the round, once its first pass passed: partition i those of the
         records' partition i, from the cache that holds them, less the rows of the records set
-        aside since; where the pass could not say, the round's own cache, computed as it is read."""
+        aside since; where the pass could not say, or the caches cannot be read so, the round's
+        rows of every record, computed as they are read."""
         if not self.known:
             return self.current.computed
         held = [self.cache_of[i] for i in range(self._partitions())]
         rows = self.caches[held[0]] if len(set(held)) == 1 else _picked(self.caches, held)
-        if rows is None:  # not read from caches as they are: computed anew
-            self.whole = rows = self._cached(set_aside)
+        if rows is None:  # not read from caches as they are (nor will be): computed anew, nothing kept
+            self.known = False
+            if self.current.computed is not None:
+                return self.current.computed
+            self.whole = self._cached(set_aside)
+            return self.whole
         aside = [offsets for offsets, _ in set_aside]
         return rows.where(~F.coalesce(in_ranges(aside, COORDINATES), F.lit(False))) if aside else rows
 
@@ -104,7 +113,20 @@ class KeptRows:
     def _partitions(self) -> int:
         """The cached records' partitions: asked only where their tasks were named (`rdd` is not
         Spark Connect's)."""
-        return self.records.rdd.getNumPartitions()
+        if self.partitions is None:
+            self.partitions = self.records.rdd.getNumPartitions()
+        return self.partitions
+
+
+def _row_by_row(cache: DataFrame) -> bool:
+    """Whether the cached frame's plan makes its rows row by row (the jar's KeptPartitions)."""
+    kept = cache.sparkSession.sparkContext._jvm.exactly_once.isolation.KeptPartitions
+    try:
+        return isinstance(kept, JavaClass) and kept.rowByRow(cache._jdf)
+    except Py4JNetworkError:
+        raise
+    except Py4JError:  # an older jar
+        return False
 
 
 def _picked(caches: list[DataFrame], cache_of: list[int]) -> DataFrame | None:

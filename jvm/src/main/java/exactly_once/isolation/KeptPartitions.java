@@ -12,11 +12,15 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.execution.ColumnarToRowExec;
 import org.apache.spark.sql.execution.InputAdapter;
+import org.apache.spark.sql.execution.SampleExec;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.WholeStageCodegenExec;
+import org.apache.spark.sql.execution.adaptive.AdaptiveSparkPlanExec;
 import org.apache.spark.sql.execution.columnar.InMemoryTableScanExec;
+import org.apache.spark.sql.execution.python.MapInBatchExec;
 import org.apache.spark.sql.types.StructType;
 
 import scala.jdk.javaapi.CollectionConverters;
@@ -46,7 +50,7 @@ public final class KeptPartitions {
         return null;
       }
       SparkPlan plan = cache.queryExecution().executedPlan();
-      RDD<InternalRow> read = cacheRead(plan) ? plan.execute() : null;
+      RDD<InternalRow> read = cacheRead(plan) != null ? plan.execute() : null;
       if (read == null || read.getNumPartitions() != source.size()) {
         return null;
       }
@@ -59,14 +63,51 @@ public final class KeptPartitions {
     return ((SparkSession) first.sparkSession()).internalCreateDataFrame(new Picked(rows, from), columns, false);
   }
 
-  /** Whether the plan reads a cache's rows as they are (not a plan over them). */
-  private static boolean cacheRead(SparkPlan plan) {
+  /**
+   * Whether the cached frame's rows are made row by row from its input's, as far as its plan
+   * tells: no Python function over whole batches (`mapInPandas`, `mapInArrow`), no sample, no
+   * expression that is not deterministic. Rows kept from a round before stand for those the
+   * round would make again only then (a batch's function could have made them from a record set
+   * aside since). Caches it reads are not looked into: their rows are fixed.
+   */
+  public static boolean rowByRow(Dataset<Row> cache) {
+    InMemoryTableScanExec scan = cacheRead(cache.queryExecution().executedPlan());
+    return scan != null && madeRowByRow(scan.relation().cachedPlan());
+  }
+
+  private static boolean madeRowByRow(SparkPlan plan) {
+    if (plan instanceof AdaptiveSparkPlanExec adaptive) {
+      return madeRowByRow(adaptive.inputPlan());
+    }
     if (plan instanceof InMemoryTableScanExec) {
       return true;
     }
+    if (plan instanceof MapInBatchExec || plan instanceof SampleExec) {
+      return false;
+    }
+    scala.collection.Iterator<Expression> expressions = plan.expressions().iterator();
+    while (expressions.hasNext()) {
+      if (!expressions.next().deterministic()) {
+        return false;
+      }
+    }
+    scala.collection.Iterator<SparkPlan> children = plan.children().iterator();
+    while (children.hasNext()) {
+      if (!madeRowByRow(children.next())) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /** The cache whose rows the plan reads as they are (not a plan over them), or null. */
+  private static InMemoryTableScanExec cacheRead(SparkPlan plan) {
+    if (plan instanceof InMemoryTableScanExec scan) {
+      return scan;
+    }
     boolean carries = plan instanceof WholeStageCodegenExec || plan instanceof ColumnarToRowExec
         || plan instanceof InputAdapter;
-    return carries && plan.children().size() == 1 && cacheRead(plan.children().head());
+    return carries && plan.children().size() == 1 ? cacheRead(plan.children().head()) : null;
   }
 
   /** Partition i of parent `from[i]`'s partition i. */
