@@ -19,6 +19,7 @@ computed again from the plan of the round that kept it, whose tasks passed there
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ from pyspark.sql import functions as F
 from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig
 from exactly_once.spark.frames import COORDINATES, SetAside, cache_level, checked_rows, in_ranges, with_set_aside
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class KeptRows:
         self.current, self.known = Round(None, partitions), True
         if partitions != []:
             self.current = Round(self._cached(set_aside), partitions)
+        if self.cache_of:
+            log.info("a round of the write: the checked rows of %d of %d partitions kept from the rounds before",
+                     len(self.cache_of), self._partitions())
         return self.current
 
     def settle(self, failed: Sequence[int] | None) -> None:
@@ -63,6 +69,9 @@ class KeptRows:
         nor where the rows are not made row by row)."""
         computed_here = self.current.computed
         if failed is None or computed_here is not None and not _row_by_row(computed_here):
+            if failed:  # named, yet not kept: the plan does not make its rows row by row
+                log.info("a round of the write: the transform does not make its rows row by row; the next round "
+                         "computes every row again")
             self.known = False
             return
         computed = range(self._partitions()) if self.current.partitions is None else self.current.partitions
@@ -82,6 +91,8 @@ class KeptRows:
         held = [self.cache_of[i] for i in range(self._partitions())]
         rows = self.caches[held[0]] if len(set(held)) == 1 else _picked(self.caches, held)
         if rows is None:  # not read from caches as they are (nor will be): computed anew, nothing kept
+            log.warning("a round of the write: the kept checked rows cannot be read partition by partition; "
+                        "every row is computed again")
             self.known = False
             if self.current.computed is not None:
                 return self.current.computed
