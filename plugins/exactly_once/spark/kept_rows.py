@@ -39,12 +39,14 @@ log = logging.getLogger(__name__)
 class Round:
     computed: DataFrame | None    # what the round computes, cached (None: every row is kept)
     partitions: list[int] | None  # the records' partitions it computes (None: all)
+    aside: int                    # how many of the records set aside it leaves out
 
 
 class KeptRows:
     def __init__(self, records: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]]):
         self.records, self.config, self.columns = records, config, columns  # records: the attempt's cached parse
         self.caches: list[DataFrame] = []   # caches of checked rows, each holding some partitions whole
+        self.aside_in: list[int] = []       # by cache, how many of the records set aside it left out
         self.cache_of: dict[int, int] = {}  # the records' partitions held whole, each with its cache's index
         self.current: Round | None = None
         self.known = True                   # whether the round's first pass said which tasks failed
@@ -55,9 +57,9 @@ class KeptRows:
         """What the round computes: the checked rows of the partitions no cache holds whole, into
         a cache of their own (only planned here; `settle` says what its first pass did)."""
         partitions = None if not self.cache_of else [i for i in range(self._partitions()) if i not in self.cache_of]
-        self.current, self.known = Round(None, partitions), True
+        self.current, self.known = Round(None, partitions, len(set_aside)), True
         if partitions != []:
-            self.current = Round(self._cached(set_aside), partitions)
+            self.current = Round(self._cached(set_aside), partitions, len(set_aside))
         if self.cache_of:
             log.info("a round of the write: the checked rows of %d of %d partitions kept from the rounds before",
                      len(self.cache_of), self._partitions())
@@ -80,6 +82,7 @@ class KeptRows:
         if passed:
             self.cache_of.update(dict.fromkeys(passed, len(self.caches)))
             self.caches.append(self.current.computed)
+            self.aside_in.append(self.current.aside)
 
     def rows(self, set_aside: SetAside) -> DataFrame:
         """Every checked row of the round, once its first pass passed: partition i those of the
@@ -98,7 +101,8 @@ class KeptRows:
                 return self.current.computed
             self.whole = self._cached(set_aside)
             return self.whole
-        aside = [offsets for offsets, _ in set_aside]
+        # the records set aside after the oldest cache read was made (set_aside only grows)
+        aside = [offsets for offsets, _ in set_aside[min(self.aside_in[i] for i in held):]]
         return rows.where(~F.coalesce(in_ranges(aside, COORDINATES), F.lit(False))) if aside else rows
 
     def end_round(self) -> None:
@@ -115,7 +119,7 @@ class KeptRows:
         """Drops every cache kept."""
         for cache in self.caches:
             cache.unpersist()
-        self.caches, self.cache_of = [], {}
+        self.caches, self.aside_in, self.cache_of = [], [], {}
 
     def _cached(self, set_aside: SetAside) -> DataFrame:
         frame = checked_rows(with_set_aside(self.records, set_aside), self.config, self.columns)
