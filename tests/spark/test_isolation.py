@@ -11,7 +11,7 @@ import pytest
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.spark.isolation import (Budget, Located, NotIsolated, Unlocated, halves, locate_failing, narrow,
                                           pieces, size, without)
-from exactly_once.spark.sweeps import MARKERS, SWEPT_TASKS, Failed, sweep_failing
+from exactly_once.spark.sweeps import MARKERS, SWEPT_TASKS, Failed, sweep_failing, sweep_from_stops
 from exactly_once.sqlstates import record_failure
 
 RANGES = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 40, 47), OffsetRange("t", 2, 5, 5)]
@@ -307,6 +307,30 @@ def test_a_sweep_searches_the_rest_of_a_piece_when_nothing_after_its_last_row_fa
         OffsetRange("t", 0, 700, 701): "cannot price 700"}
 
 
+def test_a_sweep_after_the_writes_first_pass_searches_each_failed_task_from_where_it_stopped():
+    # the first pass's task of offsets 0-150,155 stopped after 149,000 (a UDF's output read behind)
+    piece = [OffsetRange("t", 0, 0, 150_155)]
+    stop = Failed("cannot price 150100", OffsetRange("t", 0, 149_000, 149_001), read=True)
+    calls = []
+    found = sweep_from_stops([(piece, stop)], udf_sweeper({(0, 150_100)}, calls=calls))
+    assert found == {OffsetRange("t", 0, 150_100, 150_101): "cannot price 150100"}
+    # only the offsets after it, in pieces of a few records each: two jobs, where the whole piece took three
+    assert calls[0][0][0][0].start == 149_001 and sum(size(p) for p in calls[0][0]) == 1_154 and len(calls) == 2
+    whole = []
+    assert sweep_failing(piece, udf_sweeper({(0, 150_100)}, calls=whole)) == found and len(whole) == 3
+    # two records in that task: both after its last row, each found in one search
+    found = sweep_from_stops([(piece, stop)], udf_sweeper({(0, 149_500), (0, 150_100)}))
+    assert set(found) == {OffsetRange("t", 0, 149_500, 149_501), OffsetRange("t", 0, 150_100, 150_101)}
+    # a transform that reorders its rows: the record is before the row noted, found in the rest
+    found = sweep_from_stops([(piece, stop)], udf_sweeper({(0, 1_700)}))
+    assert found == {OffsetRange("t", 0, 1_700, 1_701): "cannot price 1700"}
+    # nothing noted (Spark Connect's caches, an older jar): the whole piece, as a sweep's first level
+    calls = []
+    found = sweep_from_stops([(piece, Failed("cannot price 150100"))], udf_sweeper({(0, 150_100)}, calls=calls))
+    assert found == {OffsetRange("t", 0, 150_100, 150_101): "cannot price 150100"}
+    assert calls[0][0][0][0].start == 0
+
+
 def test_a_sweep_keeps_its_jobs_within_their_tasks_bound_however_many_parts_it_searches():
     # 16 failed pieces that gave no row, each searched in three single offsets and its rest: 64 parts
     bad = {(0, o) for o in range(0, 1_600, 100)}
@@ -407,13 +431,56 @@ def test_the_writes_first_pass_names_every_partition_of_the_cached_records_that_
         before = partitions_cached()
         failed = task_failures_over(checked, records)
         assert sorted(failed) == [0, 3]  # the partitions of offsets 5 and 2400: every task ran
-        assert "ValueError: cannot price 2400" in str(failed[3]).splitlines()[-1]
+        assert "ValueError: cannot price 2400" in str(failed[3].error).splitlines()[-1]
         assert partitions_cached() == before + 2  # the rows of the two that passed
         assert task_failures_over(records.select("offset").repartition(4), records) is None  # a shuffle of its own
         assert task_failures_over(records.coalesce(2), records) is None  # tasks reading other partitions
         assert sorted(task_failures_over(checked, records, [1, 3])) == [3]  # those tasks only: 0 would fail
     finally:
         checked.unpersist()
+        records.unpersist()
+
+
+def test_the_writes_first_pass_says_where_each_task_that_failed_stopped(spark):
+    """The first pass computes its rows into a cache, where no task's rows can be read: a column
+    of theirs notes the last row each task gave, before the record it failed on (a Python
+    UDF's output may be read some batches behind when its error comes)."""
+    from pyspark.sql import functions as F
+
+    from exactly_once.spark.frames import NOTED
+    from exactly_once.spark.task_failures import noting_last_rows, task_failures_over
+
+    @F.udf("long")
+    def priced(offset):
+        if offset == 62_345:
+            raise ValueError(f"cannot price {offset}")
+        return offset
+
+    records = spark.range(0, 100_000, numPartitions=4).select(
+        F.lit("t").alias("kafka_topic"), F.lit(0).alias("kafka_partition"), F.col("id").alias("kafka_offset"),
+        F.lit(None).cast("string").alias("reason")).persist()
+    records.count()
+    steps = {"a Python UDF": priced("kafka_offset"),
+             "an expression": F.when(F.col("kafka_offset") == 87_500, F.raise_error(F.lit("cannot price 87500")))
+             .otherwise(F.col("kafka_offset"))}
+    cached = {name: noting_last_rows(records.select("kafka_topic", "kafka_partition", "kafka_offset",
+                                                    step.alias("price"))).persist()
+              for name, step in steps.items()}
+    unnoted = records.select("kafka_topic", "kafka_partition", "kafka_offset", priced("kafka_offset")).persist()
+    try:
+        stopped = {}
+        for name, frame in cached.items():
+            (index, failure), = task_failures_over(frame, records).items()
+            stopped[name] = (index, failure.read, failure.after)
+        python_udf = stopped["a Python UDF"]
+        assert python_udf[:2] == (2, True) and python_udf[2][:2] == ("t", 0) and 50_000 <= python_udf[2][2] < 62_345
+        assert stopped["an expression"] == (3, True, ("t", 0, 87_499))  # a row at a time: the one before
+        assert NOTED in cached["an expression"].columns
+        (failure,) = task_failures_over(unnoted, records).values()
+        assert (failure.after, failure.read) == (None, False)  # nothing noted where its rows passed
+    finally:
+        for frame in [*cached.values(), unnoted]:
+            frame.unpersist()
         records.unpersist()
 
 

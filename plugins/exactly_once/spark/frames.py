@@ -33,6 +33,7 @@ from exactly_once.spark.transforms import load_transform
 
 COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
 _REFUSED = "_refused_because"
+NOTED = "_last_row_noted"  # a column of the cached checked rows that notes where a task stopped (task_failures)
 _SET_ASIDE = "_set_aside"
 _TOO_LARGE, _RAW, _RAW_KEY, _TOMBSTONE = "_too_large", "_raw_value", "_raw_key", "_tombstone"
 SetAside = Sequence[tuple[OffsetRange, str]]  # offsets whose records go to the dead letters, and why
@@ -269,7 +270,7 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[s
 def _frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]], checked: DataFrame,
             refused: DataFrame, owned: list[DataFrame]) -> AttemptFrames:
     """attempt_frames from the cached checked rows and refusals."""
-    accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED)
+    accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED, NOTED)
                 .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
     where = ["topic", "partition", "offset"]  # the records' names of the coordinates
     letter = [F.lit(config.name).alias("pipeline"), *where, "key", "value", "reason"]

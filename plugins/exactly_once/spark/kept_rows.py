@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig
 from exactly_once.spark.frames import COORDINATES, SetAside, cache_level, checked_rows, in_ranges, with_set_aside
+from exactly_once.spark.task_failures import noting_last_rows
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,8 @@ class KeptRows:
         self.caches, self.aside_in, self.cache_of = [], [], {}
 
     def _cached(self, set_aside: SetAside) -> DataFrame:
-        frame = checked_rows(with_set_aside(self.records, set_aside), self.config, self.columns)
+        """The checked rows, noting where a task of the round's first pass stops (for isolation)."""
+        frame = noting_last_rows(checked_rows(with_set_aside(self.records, set_aside), self.config, self.columns))
         return frame.persist(cache_level(self.records.sparkSession))
 
     def _partitions(self) -> int:

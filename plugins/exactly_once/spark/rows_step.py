@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import DataFrame
 
@@ -22,7 +22,7 @@ from exactly_once.spark.kept_rows import Round
 from exactly_once.spark.spread import spread
 from exactly_once.spark.step_failed import StepFailed
 from exactly_once.spark.sweeps import Failed
-from exactly_once.spark.task_failures import task_failures, task_failures_over
+from exactly_once.spark.task_failures import TaskFailure, task_failures, task_failures_over
 from exactly_once.sqlstates import record_failure
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,8 @@ def check(this_round: Round, records: DataFrame, transform: str | None) -> bool:
     exactly_once.spark.kept_rows), every task over the cached `records` to its end where the
     driver's JVM can run them so; whether it could (not over Spark Connect, nor for a transform
     with a shuffle of its own: the refusals' count computes them then). `StepFailed` naming
-    every task (the records' partition) that failed, with why the first did (one whose error is
-    not a record's first)."""
+    every task (the records' partition) that failed, where it stopped, and why the first did
+    (one whose error is not a record's first)."""
     if this_round.computed is None:
         return True  # every row kept from the rounds before
     try:
@@ -43,9 +43,23 @@ def check(this_round: Round, records: DataFrame, transform: str | None) -> bool:
     except Exception as error:
         raise StepFailed(DEAD_LETTERS, error, transform, ROWS) from error
     if failed:
-        index = min(failed, key=lambda i: (record_failure(failed[i]) is not None, i))
-        raise StepFailed(DEAD_LETTERS, failed[index], transform, ROWS, tasks=sorted(failed)) from failed[index]
+        first = failed[min(failed, key=lambda i: (record_failure(failed[i].error) is not None, i))].error
+        if record_failure(first) is None:  # no record's: raised as it is
+            raise StepFailed(DEAD_LETTERS, first, transform, ROWS) from first
+        stops = {i: _stopped(f, transform) for i, f in sorted(failed.items())}
+        log.info("the write's first pass: %d tasks failed%s", len(stops),
+                 _where_stopped(stops, lambda i: f"partition {i}"))
+        raise StepFailed(DEAD_LETTERS, first, transform, ROWS, tasks=stops) from first
     return failed is not None
+
+
+def _stopped(failure: TaskFailure, transform: str | None) -> Failed:
+    """How a task failed, with the last record whose rows it gave; an error no record causes is raised."""
+    why = StepFailed(DEAD_LETTERS, failure.error, transform, ROWS).reason
+    if why is None:
+        raise failure.error
+    after = failure.after
+    return Failed(why, None if after is None else OffsetRange(after[0], after[1], after[2], after[2] + 1), failure.read)
 
 
 def sweep(parsed: DataFrame, set_aside: SetAside, split: list[list[OffsetRange]], udf_batch: int,
@@ -64,20 +78,18 @@ def sweep(parsed: DataFrame, set_aside: SetAside, split: list[list[OffsetRange]]
         raise Unlocated(str(error)) from error
     if failures is None:
         raise Unlocated("the step's tasks are not the pieces")
-    found = {}
-    for index, failure in failures.items():
-        failed = StepFailed(DEAD_LETTERS, failure.error, config.transform, ROWS)
-        if failed.reason is None:
-            raise failure.error
-        found[index] = Failed(failed.reason, None if failure.after is None else OffsetRange(
-            failure.after[0], failure.after[1], failure.after[2], failure.after[2] + 1), failure.read)
-    shown = sorted(found.items())[:SHOWN]
-    log.info("probe: a sweep of %d pieces, %d failing, %d rows a UDF batch (%.1f s)%s%s", len(split), len(found),
-             udf_batch, time.monotonic() - started, "".join(
-                 f"; {_offsets(split[i])} failed after "
-                 + (_offsets([f.after]) if f.after else "no row" if f.read else "rows not read")
-                 for i, f in shown), "; …" if len(found) > len(shown) else "")
+    found = {index: _stopped(failure, config.transform) for index, failure in failures.items()}
+    log.info("probe: a sweep of %d pieces, %d failing, %d rows a UDF batch (%.1f s)%s", len(split), len(found),
+             udf_batch, time.monotonic() - started, _where_stopped(found, lambda i: _offsets(split[i])))
     return found
+
+
+def _where_stopped(found: Mapping[int, Failed], named: Callable[[int], str]) -> str:
+    """Where the first failed tasks stopped, each named by its index, for the log."""
+    shown = sorted(found.items())[:SHOWN]
+    return "".join(f"; {named(i)} failed after "
+                   + (_offsets([f.after]) if f.after else "no row" if f.read else "rows not read")
+                   for i, f in shown) + ("; …" if len(found) > len(shown) else "")
 
 
 def _offsets(ranges: list[OffsetRange]) -> str:

@@ -40,7 +40,7 @@ from exactly_once.spark.spread import FailedTasks, cached_pieces, spread
 from exactly_once.spark.staging_tables import promoted_on_trial, require_staged_types
 from exactly_once.spark.staging_writes import StagingWrites
 from exactly_once.spark.step_failed import StepFailed
-from exactly_once.spark.sweeps import sweep_failing
+from exactly_once.spark.sweeps import sweep_from_stops
 
 log = logging.getLogger(__name__)
 
@@ -128,14 +128,14 @@ class Staging:
 
     def _search(self, parsed: DataFrame, set_aside: SetAside, refused: StepFailed,
                 located: tuple[FailedTasks, str] | None, budget: Budget) -> dict[OffsetRange, str]:
-        """`isolate`'s search: by sweeps from the tasks of the write's first pass that failed;
-        else by the failed tasks of each job where `located`, else by bisection."""
+        """`isolate`'s search: by sweeps from where each task of the write's first pass that failed
+        stopped; else by the failed tasks of each job where `located`, else by bisection."""
         if refused.tasks:
             held = self._cached_pieces(parsed)
             try:
-                return sweep_failing([r for i in refused.tasks for r in held[i]],
-                                     lambda split, batch: rows_step.sweep(parsed, set_aside, split, batch,
-                                                                          self.config, self.columns), budget=budget)
+                return sweep_from_stops([(held[i], how) for i, how in refused.tasks.items()],
+                                        lambda split, batch: rows_step.sweep(parsed, set_aside, split, batch,
+                                                                             self.config, self.columns), budget=budget)
             except Unlocated:
                 pass  # the spread's tasks not its pieces after all (nothing found): as below
 
@@ -184,7 +184,7 @@ class Staging:
         try:
             swept = rows_step.check(this_round, records, self.config.transform)
         except StepFailed as failed:
-            kept.settle(failed.tasks or None)
+            kept.settle(sorted(failed.tasks) if failed.tasks else None)
             raise
         kept.settle([] if swept else None)
 

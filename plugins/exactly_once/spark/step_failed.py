@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from exactly_once.spark.isolation import ROWS, Step
+from exactly_once.spark.sweeps import Failed
 from exactly_once.sqlstates import raised_by_user_code, record_failure
 
 
@@ -11,10 +14,10 @@ class StepFailed(Exception):
     """A step of the write failed; `reason` says why if a record can have caused it (the
     transform, for a Python error or any error computing the rows; else the sink), else it
     is None. `tasks`: every task of the write's first pass that failed (partitions of the
-    attempt's cached records), where that pass ran each to its end."""
+    attempt's cached records), with where it stopped, where that pass ran each to its end."""
 
     def __init__(self, sink: str, error: BaseException, transform: str | None, step: Step,
-                 tasks: list[int] | None = None):
+                 tasks: Mapping[int, Failed] | None = None):
         super().__init__(f"sink {sink}: {error}")
         self.step, self.tasks = step, tasks
         failure = record_failure(error)

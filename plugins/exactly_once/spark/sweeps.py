@@ -85,9 +85,40 @@ def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
     are searched, which is enough to find too many. A piece whose parts all pass (records that
     fail only together) is left out. `Unlocated` from `sweep` is raised unless records were
     found before it, which are returned then (the next round of the write finds the rest)."""
-    budget = budget or Budget()
+    return _levels([_Part([r for r in failing if r.size], None)], sweep, k, budget or Budget())
+
+
+def sweep_from_stops(stops: Sequence[tuple[list[OffsetRange], Failed]], sweep: Sweep, k: int = PIECES,
+                     budget: Budget | None = None) -> dict[OffsetRange, str]:
+    """`sweep_failing` after a job that was its first level already: each piece whose task
+    failed in it, with how (the write's first pass, whose tasks are the cached records'
+    partitions). Where the task's rows were read, what its piece holds after its last row is
+    searched first; the rest only if nothing there fails alone."""
+    return _levels([_after_stop([r for r in piece if r.size], how) for piece, how in stops], sweep, k,
+                   budget or Budget())
+
+
+def _after_stop(piece: list[OffsetRange], failed: Failed) -> _Part:
+    """A first pass's failed piece as a part to search: its offsets after the last row its task
+    gave, its rest searched after them only if nothing there fails alone. Not a batch after
+    it, as in a sweep's level: in a first pass a Python UDF's output may be read some batches
+    behind when its error comes (its rows pass into a cache, not to a sweep's reader), so the
+    record lies somewhere after that row (where the transform keeps the records' order)."""
+    after = failed.after
+    within = None if after is None else next((r for r in piece if (r.topic, r.partition) == (
+        after.topic, after.partition) and r.start <= after.start < r.end), None)
+    if not failed.read or within is None:
+        return _Part(piece, None)  # nothing known of where in it
+    gave = OffsetRange(within.topic, within.partition, within.start, after.start + 1)
+    later = without(piece, [gave])
+    if not later:  # its last row the piece's last: the transform's order is not the records'
+        return _Part(piece, None)
+    return _Part(later, _Scope([gave], None, live=1))
+
+
+def _levels(level: list[_Part], sweep: Sweep, k: int, budget: Budget) -> dict[OffsetRange, str]:
+    """The sweep's levels, from the parts of the first."""
     earlier = set(budget.found)
-    level = [_Part([r for r in failing if r.size], None)]
     while level:
         wholes = sum(part.whole for part in level)
         share = max(2, min(k, (SWEPT_TASKS - wholes) // max(1, len(level) - wholes)))

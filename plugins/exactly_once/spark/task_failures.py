@@ -14,6 +14,10 @@ from py4j.java_gateway import JavaClass
 from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from pyspark.errors.exceptions.captured import convert_exception
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.classic.column import Column, _to_java_column
+
+from exactly_once.spark.frames import COORDINATES, NOTED
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
 # The rows a Python UDF gets at once: Arrow-optimized (and pandas) UDFs', pickled UDFs'.
@@ -44,23 +48,46 @@ def task_failures(frame: DataFrame, pieces: int, coordinates: Sequence[str],
     types = dict(frame.dtypes)
     read = [types.get(name) for name in coordinates] == ["string", "int", "bigint"]  # as the JVM finds them
     failed = _swept(frame, lambda failures: failures.of(frame._jdf, pieces, list(coordinates)), batches)
-    return None if failed is None else {
-        int(index): TaskFailure(convert_exception(error), None if offset is None else (topic, partition, offset), read)
-        for index, error, topic, partition, offset in failed}
+    return None if failed is None else _failures(failed, read)
 
 
 def task_failures_over(frame: DataFrame, cached: DataFrame,
-                       partitions: Sequence[int] | None = None) -> dict[int, Exception] | None:
+                       partitions: Sequence[int] | None = None) -> dict[int, TaskFailure] | None:
     """The error of each task of a frame whose task i reads partition i of the `cached` frame's
-    cache and no other (no shuffle), as `task_failures` (no rows' coordinates: a frame itself
-    cached is computed into its cache); only the tasks of `partitions` when given. A cached
-    frame's plan is adaptive (cached before this turns that off), so a shuffle of its own is
-    found only after its stages below it ran (reused by its later jobs): None, or their error."""
+    cache and no other (no shuffle), as `task_failures`; only the tasks of `partitions` when
+    given. A frame itself cached is computed into its cache, where its rows are not read: the
+    last row a task gave is known where the frame has the column `noting_last_rows` adds. A
+    cached frame's plan is adaptive (cached before this turns that off), so a shuffle of its own
+    is found only after its stages below it ran (reused by its later jobs): None, or their error."""
     def over(failures):  # an older jar has no `over` of some partitions
         return failures.over(frame._jdf, cached._jdf) if partitions is None else \
             failures.over(frame._jdf, cached._jdf, list(partitions))
     failed = _swept(frame, over, {})
-    return None if failed is None else {int(index): convert_exception(error) for index, error, *_ in failed}
+    return None if failed is None else _failures(failed, read=NOTED in frame.columns)
+
+
+def _failures(failed: list, read: bool) -> dict[int, TaskFailure]:
+    """The JVM's outcomes of the tasks that failed, by task index."""
+    return {int(index): TaskFailure(convert_exception(error), None if offset is None else (topic, partition, offset),
+                                    read) for index, error, topic, partition, offset in failed}
+
+
+def noting_last_rows(checked: DataFrame) -> DataFrame:
+    """The checked rows with a column that notes, as their task's rows pass into a cache, the
+    last one it gave (the jar's LastRows), so that `task_failures_over` can say where a failed
+    task stopped; as they are where no JVM can note them (Spark Connect, an older jar)."""
+    last_rows = _last_rows(checked)
+    if last_rows is None:
+        return checked
+    return checked.withColumn(NOTED, Column(last_rows.noting(*(_to_java_column(F.col(c)) for c in COORDINATES))))
+
+
+def _last_rows(frame: DataFrame) -> JavaClass | None:
+    try:
+        found = frame.sparkSession.sparkContext._jvm.exactly_once.isolation.LastRows
+    except Exception:  # Spark Connect: no SparkContext
+        return None
+    return found if isinstance(found, JavaClass) else None
 
 
 def _swept(frame: DataFrame, sweep: Callable, settings: Mapping[str, str]) -> list | None:

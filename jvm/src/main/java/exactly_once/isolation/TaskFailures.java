@@ -29,7 +29,6 @@ import org.apache.spark.sql.execution.columnar.InMemoryTableScanExec;
 import org.apache.spark.sql.execution.exchange.ShuffleExchangeLike;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.util.Utils;
 
 import scala.reflect.ClassTag;
@@ -148,7 +147,8 @@ public final class TaskFailures {
 
   /**
    * Each task's outcome: nothing, or its index, its rows' error (serialized) and the coordinates
-   * of the last row it gave (nulls: none, or not asked for). Its own RDD, not a function of the
+   * of the last row it gave (nulls: none, or not asked for), read from its rows or, where they
+   * pass into a cache, noted by a column of theirs (LastRows). Its own RDD, not a function of the
    * rows' iterator: a cached frame's partition is computed whole, into the cache, before its
    * iterator is handed on, and the error raised there must be caught too.
    */
@@ -167,6 +167,7 @@ public final class TaskFailures {
     @Override
     public scala.collection.Iterator<Object[]> compute(Partition split, TaskContext context) {
       LastRow last = new LastRow(coordinates);
+      LastRows.NOTING.set(last);  // where the rows pass into a cache, a column of theirs notes them
       try {
         scala.collection.Iterator<Object> rows = this.<Object>firstParent(ANY).iterator(split, context);
         while (rows.hasNext()) {
@@ -183,52 +184,14 @@ public final class TaskFailures {
         } catch (IOException cannotCarry) {  // not serializable: fails the task as if not caught
           throw TaskFailures.<RuntimeException>unchecked(error);
         }
+      } finally {
+        LastRows.NOTING.remove();  // the thread runs other tasks next
       }
     }
 
     @Override
     public Partition[] getPartitions() {
       return this.<Object>firstParent(ANY).partitions();
-    }
-  }
-
-  /**
-   * The Kafka coordinates of the last row a task gave, read as the rows pass (a row's memory is
-   * reused for the next: the topic is copied only when it changes).
-   */
-  private static final class LastRow {
-    private final int[] at;
-    private UTF8String topic;  // null until a row is seen
-    private int partition;
-    private long offset;
-
-    LastRow(int[] at) {
-      this.at = at;
-    }
-
-    void saw(Object row) {
-      if (at == null || !(row instanceof InternalRow values) || values.isNullAt(at[0]) || values.isNullAt(at[1])
-          || values.isNullAt(at[2])) {
-        return;
-      }
-      UTF8String name = values.getUTF8String(at[0]);
-      if (!name.equals(topic)) {
-        topic = name.clone();
-      }
-      partition = values.getInt(at[1]);
-      offset = values.getLong(at[2]);
-    }
-
-    String topic() {
-      return topic == null ? null : topic.toString();
-    }
-
-    Integer partition() {
-      return topic == null ? null : partition;
-    }
-
-    Long offset() {
-      return topic == null ? null : offset;
     }
   }
 
