@@ -11,7 +11,7 @@ import pytest
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.spark.isolation import (Budget, Located, NotIsolated, Unlocated, halves, locate_failing, narrow,
                                           pieces, size, without)
-from exactly_once.spark.sweeps import MARKERS, SWEPT_TASKS, Failed, sweep_failing, sweep_from_stops
+from exactly_once.spark.sweeps import MARKERS, SWEPT_TASKS, Failed, sweep_failing
 from exactly_once.sqlstates import record_failure
 
 RANGES = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 40, 47), OffsetRange("t", 2, 5, 5)]
@@ -312,23 +312,33 @@ def test_a_sweep_after_the_writes_first_pass_searches_each_failed_task_from_wher
     piece = [OffsetRange("t", 0, 0, 150_155)]
     stop = Failed("cannot price 150100", OffsetRange("t", 0, 149_000, 149_001), read=True)
     calls = []
-    found = sweep_from_stops([(piece, stop)], udf_sweeper({(0, 150_100)}, calls=calls))
+    found = sweep_failing([], udf_sweeper({(0, 150_100)}, calls=calls), stops=[(piece, stop)])
     assert found == {OffsetRange("t", 0, 150_100, 150_101): "cannot price 150100"}
     # only the offsets after it, in pieces of a few records each: two jobs, where the whole piece took three
     assert calls[0][0][0][0].start == 149_001 and sum(size(p) for p in calls[0][0]) == 1_154 and len(calls) == 2
     whole = []
     assert sweep_failing(piece, udf_sweeper({(0, 150_100)}, calls=whole)) == found and len(whole) == 3
-    # two records in that task: both after its last row, each found in one search
-    found = sweep_from_stops([(piece, stop)], udf_sweeper({(0, 149_500), (0, 150_100)}))
-    assert set(found) == {OffsetRange("t", 0, 149_500, 149_501), OffsetRange("t", 0, 150_100, 150_101)}
-    # a transform that reorders its rows: the record is before the row noted, found in the rest
-    found = sweep_from_stops([(piece, stop)], udf_sweeper({(0, 1_700)}))
-    assert found == {OffsetRange("t", 0, 1_700, 1_701): "cannot price 1700"}
-    # nothing noted (Spark Connect's caches, an older jar): the whole piece, as a sweep's first level
+    # two records in that task: both after its last row, found in the same two jobs
     calls = []
-    found = sweep_from_stops([(piece, Failed("cannot price 150100"))], udf_sweeper({(0, 150_100)}, calls=calls))
-    assert found == {OffsetRange("t", 0, 150_100, 150_101): "cannot price 150100"}
-    assert calls[0][0][0][0].start == 0
+    found = sweep_failing([], udf_sweeper({(0, 149_500), (0, 150_100)}, calls=calls), stops=[(piece, stop)])
+    assert set(found) == {OffsetRange("t", 0, 149_500, 149_501), OffsetRange("t", 0, 150_100, 150_101)}
+    assert len(calls) == 2
+    # a transform that reorders its rows: the record is before the row noted, found in the rest
+    found = sweep_failing([], udf_sweeper({(0, 1_700)}), stops=[(piece, stop)])
+    assert found == {OffsetRange("t", 0, 1_700, 1_701): "cannot price 1700"}
+    # a piece of two ranges: the other range is searched with the offsets after the row
+    two = [OffsetRange("t", 0, 0, 150_155), OffsetRange("u", 3, 0, 5_000)]
+    calls = []
+    found = sweep_failing([], udf_sweeper({(0, 150_100), (3, 4_000)}, calls=calls), stops=[(two, stop)])
+    assert set(found) == {OffsetRange("t", 0, 150_100, 150_101), OffsetRange("u", 3, 4_000, 4_001)}
+    assert sum(size(p) for p in calls[0][0]) == 1_154 + 5_000
+    # nothing noted (an older jar), or no row given: the failed pieces searched as one part, as before
+    for unknown in (Failed("cannot price 150100"), Failed("cannot price 150100", None, read=True)):
+        calls, other = [], [OffsetRange("t", 1, 0, 90_000)]
+        found = sweep_failing([], udf_sweeper({(0, 150_100), (1, 60_000)}, calls=calls),
+                              stops=[(piece, unknown), (other, unknown)])
+        assert set(found) == {OffsetRange("t", 0, 150_100, 150_101), OffsetRange("t", 1, 60_000, 60_001)}
+        assert len(calls[0][0]) == 16 and sum(size(p) for p in calls[0][0]) == 150_155 + 90_000
 
 
 def test_a_sweep_keeps_its_jobs_within_their_tasks_bound_however_many_parts_it_searches():
@@ -447,7 +457,6 @@ def test_the_writes_first_pass_says_where_each_task_that_failed_stopped(spark):
     UDF's output may be read some batches behind when its error comes)."""
     from pyspark.sql import functions as F
 
-    from exactly_once.spark.frames import NOTED
     from exactly_once.spark.task_failures import noting_last_rows, task_failures_over
 
     @F.udf("long")
@@ -475,7 +484,6 @@ def test_the_writes_first_pass_says_where_each_task_that_failed_stopped(spark):
         python_udf = stopped["a Python UDF"]
         assert python_udf[:2] == (2, True) and python_udf[2][:2] == ("t", 0) and 50_000 <= python_udf[2][2] < 62_345
         assert stopped["an expression"] == (3, True, ("t", 0, 87_499))  # a row at a time: the one before
-        assert NOTED in cached["an expression"].columns
         (failure,) = task_failures_over(unnoted, records).values()
         assert (failure.after, failure.read) == (None, False)  # nothing noted where its rows passed
     finally:

@@ -40,7 +40,7 @@ from exactly_once.spark.spread import FailedTasks, cached_pieces, spread
 from exactly_once.spark.staging_tables import promoted_on_trial, require_staged_types
 from exactly_once.spark.staging_writes import StagingWrites
 from exactly_once.spark.step_failed import StepFailed
-from exactly_once.spark.sweeps import sweep_from_stops
+from exactly_once.spark.sweeps import sweep_failing
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +133,9 @@ class Staging:
         if refused.tasks:
             held = self._cached_pieces(parsed)
             try:
-                return sweep_from_stops([(held[i], how) for i, how in refused.tasks.items()],
-                                        lambda split, batch: rows_step.sweep(parsed, set_aside, split, batch,
-                                                                             self.config, self.columns), budget=budget)
+                return sweep_failing([], lambda split, batch: rows_step.sweep(parsed, set_aside, split, batch,
+                                                                              self.config, self.columns),
+                                     budget=budget, stops=[(held[i], how) for i, how in refused.tasks.items()])
             except Unlocated:
                 pass  # the spread's tasks not its pieces after all (nothing found): as below
 

@@ -70,8 +70,8 @@ class _Part:
     whole: bool = False
 
 
-def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
-                  budget: Budget | None = None) -> dict[OffsetRange, str]:
+def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES, budget: Budget | None = None,
+                  stops: Sequence[tuple[list[OffsetRange], Failed]] = ()) -> dict[OffsetRange, str]:
     """The single offsets whose records fail on their own, with why, found level by level: each
     part known to fail is split into pieces, every part's pieces in one job whose tasks all run
     to their end (`sweep`), and each piece that failed is searched again, down to a record. A
@@ -84,36 +84,45 @@ def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
     of the write. Beyond `budget`'s limit of records, only that many failed pieces and one more
     are searched, which is enough to find too many. A piece whose parts all pass (records that
     fail only together) is left out. `Unlocated` from `sweep` is raised unless records were
-    found before it, which are returned then (the next round of the write finds the rest)."""
-    return _levels([_Part([r for r in failing if r.size], None)], sweep, k, budget or Budget())
+    found before it, which are returned then (the next round of the write finds the rest).
+
+    `stops`: the failed pieces of a job that was a first level already (the write's first pass,
+    whose tasks are the cached records' partitions), each with how its task failed; where its
+    last row is known, what the piece holds after it is searched first (`_after_stop`), and the
+    others join `failing`, searched as one part."""
+    unknown, level = [r for r in failing if r.size], []
+    for piece, how in stops:
+        part = _after_stop([r for r in piece if r.size], how)
+        if part is None:
+            unknown += [r for r in piece if r.size]
+        else:
+            level.append(part)
+    return _levels(([_Part(unknown, None)] if unknown else []) + level, sweep, k, budget or Budget())
 
 
-def sweep_from_stops(stops: Sequence[tuple[list[OffsetRange], Failed]], sweep: Sweep, k: int = PIECES,
-                     budget: Budget | None = None) -> dict[OffsetRange, str]:
-    """`sweep_failing` after a job that was its first level already: each piece whose task
-    failed in it, with how (the write's first pass, whose tasks are the cached records'
-    partitions). Where the task's rows were read, what its piece holds after its last row is
-    searched first; the rest only if nothing there fails alone."""
-    return _levels([_after_stop([r for r in piece if r.size], how) for piece, how in stops], sweep, k,
-                   budget or Budget())
-
-
-def _after_stop(piece: list[OffsetRange], failed: Failed) -> _Part:
+def _after_stop(piece: list[OffsetRange], failed: Failed) -> _Part | None:
     """A first pass's failed piece as a part to search: its offsets after the last row its task
-    gave, its rest searched after them only if nothing there fails alone. Not a batch after
-    it, as in a sweep's level: in a first pass a Python UDF's output may be read some batches
-    behind when its error comes (its rows pass into a cache, not to a sweep's reader), so the
-    record lies somewhere after that row (where the transform keeps the records' order)."""
-    after = failed.after
-    within = None if after is None else next((r for r in piece if (r.topic, r.partition) == (
-        after.topic, after.partition) and r.start <= after.start < r.end), None)
-    if not failed.read or within is None:
-        return _Part(piece, None)  # nothing known of where in it
-    gave = OffsetRange(within.topic, within.partition, within.start, after.start + 1)
+    gave, its rest searched after them only if nothing there fails alone; None where that row is
+    not known. Not a batch after it, as in a sweep's level: in a first pass a Python UDF's output
+    may be read some batches behind when its error comes (its rows pass into a cache, not to a
+    sweep's reader), so the record lies somewhere after that row (where the transform keeps the
+    records' order)."""
+    within = _range_of(piece, failed.after) if failed.read else None
+    if within is None:
+        return None
+    gave = OffsetRange(within.topic, within.partition, within.start, failed.after.start + 1)
     later = without(piece, [gave])
     if not later:  # its last row the piece's last: the transform's order is not the records'
-        return _Part(piece, None)
+        return None
     return _Part(later, _Scope([gave], None, live=1))
+
+
+def _range_of(piece: list[OffsetRange], offset: OffsetRange | None) -> OffsetRange | None:
+    """The range of the piece that holds the offset (None: none, or no offset)."""
+    if offset is None:
+        return None
+    return next((r for r in piece if (offset.topic, offset.partition) == (r.topic, r.partition)
+                 and r.start <= offset.start < r.end), None)
 
 
 def _levels(level: list[_Part], sweep: Sweep, k: int, budget: Budget) -> dict[OffsetRange, str]:
@@ -210,9 +219,7 @@ def _after_last_row(piece: list[OffsetRange], failed: Failed, batch: int) -> Off
     if after is None:
         within, start = (piece[0], piece[0].start) if len(piece) == 1 else (None, 0)
     else:
-        within = next((r for r in piece if (after.topic, after.partition) == (r.topic, r.partition)
-                       and r.start <= after.start < r.end), None)
-        start = after.start + 1
+        within, start = _range_of(piece, after), after.start + 1
     if within is None:
         return None
     searched = OffsetRange(within.topic, within.partition, start, min(within.end, start + batch + MARKERS))
