@@ -61,12 +61,13 @@ def _sqlstate(error: BaseException) -> tuple[str | None, str]:
             server = _call(java, "getNextException") or java  # a JDBC batch's own error is its next exception
             return state, _server_message(str(_call(server, "getMessage") or ""))
         java = _call(java, "getCause")
-    refused = copy_refusal(str(error))
+    rendered = str(error)  # once: a PySpark exception asks the driver's JVM for its text each time
+    refused = copy_refusal(rendered)
     if refused is not None:  # Spark Connect: pgjdbc's exception stayed on the executor
         return refused
     # pyspark's exceptions (the transform, Spark SQL); Connect's PythonException keeps its
     # SQLSTATE only at the end of its message
-    text, stated = stated_sqlstate(str(error))
+    text, stated = stated_sqlstate(rendered)
     state = _call(error, "getSqlState") or stated
     if state:
         if text.startswith(ENVIRONMENT_SPARK_ERRORS):
@@ -76,7 +77,7 @@ def _sqlstate(error: BaseException) -> tuple[str | None, str]:
             if text.split(":", 1)[0].rsplit(".", 1)[-1] in ENVIRONMENT_ERRORS:
                 return None, text
         return state, re.sub(r"\s*SQLSTATE: \w+.*", "", text.splitlines()[0], flags=re.S)
-    return None, str(error)
+    return None, rendered
 
 
 def _call(obj, method: str):

@@ -246,10 +246,10 @@ def test_a_sweep_searches_a_failed_task_from_its_last_row_down_to_the_record_in_
     calls = []
     found = sweep_failing(big, udf_sweeper({(0, 123_456)}, calls=calls))
     assert found == {OffsetRange("t", 0, 123_456, 123_457): "cannot price 123456"}
-    # 16 pieces of 56,250 in batches of 128; the failed piece's batch whole, a record at a time; the
+    # 16 pieces of 56,250 in batches of 64; the failed piece's batch whole, a record at a time; the
     # offset after its last row and the MARKERS after it, each on its own
-    assert [(len(split), batch) for split, batch in calls] == [(16, 128), (1, 1), (1 + MARKERS, 1)]
-    assert calls[1][0] == [[OffsetRange("t", 0, 123_380, 123_510)]]  # after 85 batches of 128 from 112,500
+    assert [(len(split), batch) for split, batch in calls] == [(16, 64), (1, 1), (1 + MARKERS, 1)]
+    assert calls[1][0] == [[OffsetRange("t", 0, 123_444, 123_510)]]  # after 171 batches of 64 from 112,500
     assert calls[2][0][0] == [OffsetRange("t", 0, 123_456, 123_457)]
     ten = {(0, o) for o in (7, 8, 90_000, 123_456, 300_001, 450_000, 600_000, 750_000, 899_999)} | {(1, 4)}
     calls = []
@@ -269,9 +269,10 @@ def test_a_sweep_searches_a_failed_task_from_its_last_row_down_to_the_record_in_
 def test_a_sweep_searches_the_rest_of_a_failed_piece_when_the_records_after_its_last_row_pass():
     # a transaction's marker at offset 4,999 before the record that fails: found as without it
     calls = []
-    found = sweep_failing([OffsetRange("t", 0, 0, 16_000)],
+    found = sweep_failing([OffsetRange("t", 0, 0, 64_000)],
                           udf_sweeper({(0, 5_000)}, lambda r: [o for o in range(r.start, r.end) if o != 4_999], calls))
     assert found == {OffsetRange("t", 0, 5_000, 5_001): "cannot price 5000"} and len(calls) == 3
+    assert calls[1][0] == [[OffsetRange("t", 0, 4_996, 5_002)]]  # after 249 batches of 4 from 4,000: the marker in it
     # no records at offsets 100-199 (an aborted transaction): the batch after the last row is empty
     def records(r):
         return [o for o in range(r.start, r.end) if not 100 <= o < 200]
@@ -339,6 +340,24 @@ def test_a_sweep_after_the_writes_first_pass_searches_each_failed_task_from_wher
                               stops=[(piece, unknown), (other, unknown)])
         assert set(found) == {OffsetRange("t", 0, 150_100, 150_101), OffsetRange("t", 1, 60_000, 60_001)}
         assert len(calls[0][0]) == 16 and sum(size(p) for p in calls[0][0]) == 150_155 + 90_000
+
+
+def test_a_sweep_of_the_cached_pieces_reaches_over_an_aborted_transaction_to_the_next_record():
+    # the first pass's piece leaves out offsets 20,000-69,999 (an aborted transaction's: no record),
+    # its task stopped after 15,000, and the record that fails is the first after the transaction
+    piece = [OffsetRange("t", 0, 0, 20_000), OffsetRange("t", 0, 70_000, 150_000)]
+    stop = Failed("cannot price 70000", OffsetRange("t", 0, 15_000, 15_001), read=True)
+    calls = []
+    found = sweep_failing([], udf_sweeper({(0, 70_000)}, calls=calls), stops=[(piece, stop)])
+    assert found == {OffsetRange("t", 0, 70_000, 70_001): "cannot price 70000"}
+    # its first job over the offsets after the row; the next, the batch after the last row given, which
+    # reaches over the gap into the next range; then each offset after that batch's last row
+    assert sum(size(p) for p in calls[0][0]) == 4_999 + 80_000 and len(calls) == 3
+    assert calls[1][1] == 1 and all(r.start < 20_000 or r.start >= 70_000 for p in calls[1][0] for r in p)
+    # a piece of the partition's ranges whose task gave no row: from its first offset, over the gap
+    assert sweep_failing([], udf_sweeper({(0, 70_001)}), stops=[
+        ([OffsetRange("t", 0, 19_990, 20_000), OffsetRange("t", 0, 70_000, 80_000)],
+         Failed("cannot price 70001", None, read=True))]) == {OffsetRange("t", 0, 70_001, 70_002): "cannot price 70001"}
 
 
 def test_a_sweep_keeps_its_jobs_within_their_tasks_bound_however_many_parts_it_searches():
@@ -573,3 +592,51 @@ def test_each_piece_lands_in_the_spark_partition_of_its_index(spark):
     assert len(placed) == 3000
     assert all(any(r.partition == row.partition and r.start <= row.offset < r.end for r in split[row.task])
                for row in placed)
+
+
+def test_ranges_take_exactly_their_records_whatever_the_topics_names_and_the_offsets(spark):
+    from pyspark.sql import functions as F
+
+    from exactly_once.spark.frames import in_ranges, with_set_aside
+
+    topics = ["orders.v1-eu_west", "it's", "back\\slash`tick"]
+    big = 1 << 40  # offsets beyond an int
+    records = spark.range(0, 600).select(
+        F.element_at(F.array(*map(F.lit, topics)), (F.col("id") % 3 + 1).cast("int")).alias("t"),
+        (F.col("id") % 2).cast("int").alias("p"), (F.col("id") + big).alias("o"),
+        F.lit(None).cast("string").alias("reason"))
+    ranges = [OffsetRange(topics[1], 0, big + 10, big + 200), OffsetRange(topics[1], 0, big + 400, big + 401),
+              OffsetRange(topics[2], 1, big, big + 50), OffsetRange(topics[0], 1, big + 590, big + 700)]
+    expected = {(t, p, o) for t, p, o in ((topics[i % 3], i % 2, i + big) for i in range(600))
+                if any((t, p) == (r.topic, r.partition) and r.start <= o < r.end for r in ranges)}
+    taken = records.where(in_ranges(ranges, ("t", "p", "o"))).collect()
+    assert {(row.t, row.p, row.o) for row in taken} == expected and len(taken) == len(expected)
+    assert records.where(in_ranges([], ("t", "p", "o"))).count() == 0
+
+    renamed = records.withColumnsRenamed({"t": "topic", "p": "partition", "o": "offset"})
+    aside = [(OffsetRange(topics[1], 0, big + 10, big + 11), "first 'reason'"), (ranges[0], "second"),
+             (OffsetRange(topics[2], 1, big + 5, big + 6), "third")]
+    reasons = {(row.topic, row.offset): row.reason
+               for row in with_set_aside(renamed, aside).where(F.col("reason").isNotNull()).collect()}
+    first_match = {}
+    for t, p, o in ((topics[i % 3], i % 2, i + big) for i in range(600)):
+        for r, why in aside:
+            if (t, p) == (r.topic, r.partition) and r.start <= o < r.end:
+                first_match.setdefault((t, o), why)
+    assert reasons == first_match and reasons[(topics[1], big + 10)] == "first 'reason'"
+    assert len(first_match) == 33  # 32 records of the second range (the first among them), one of the third
+
+
+def test_the_cached_records_pieces_leave_out_the_blocks_of_offsets_that_hold_no_record(spark):
+    from exactly_once.spark.spread import GAP, cached_pieces
+
+    # partition 0: an aborted transaction at 3,000-7,999, a marker at 9,000; partition 1: a gap
+    # that covers no whole block
+    offsets = [(0, o) for o in [*range(0, 3000), *range(8000, 9000), 9001]] + [(1, o) for o in range(0, 100)]
+    held = spark.createDataFrame([("t", p, o) for p, o in offsets + [(1, 100 + GAP - 10)]],
+                                 "topic string, partition int, offset long").coalesce(1).persist()
+    try:
+        assert cached_pieces(held) == [[OffsetRange("t", 0, 0, 3000), OffsetRange("t", 0, 8000, 9002),
+                                        OffsetRange("t", 1, 0, 100 + GAP - 9)]]
+    finally:
+        held.unpersist()

@@ -50,13 +50,27 @@ def cache_level(session: SparkSession) -> StorageLevel:
 
 def in_ranges(ranges: Sequence[OffsetRange], coordinates: Sequence[str] = ("topic", "partition", "offset")) -> Column:
     """Whether a Kafka record (its topic, partition and offset in the columns `coordinates`: a
-    record's, or a transformed row's COORDINATES) lies in one of `ranges`."""
-    topic, partition, offset = coordinates
-    inside = F.lit(False)
+    record's, or a transformed row's COORDINATES) lies in one of `ranges`. Spark SQL's text,
+    each partition's ranges under one test of it, parsed once by the JVM: built from Column
+    objects, each operator a call to the driver's JVM, a sweep's few dozen pieces took
+    seconds (issue 63)."""
+    topic, partition, offset = (_identifier(c) for c in coordinates)
+    by_partition: dict[tuple[str, int], list[OffsetRange]] = {}
     for r in ranges:
-        inside = inside | ((F.col(topic) == r.topic) & (F.col(partition) == r.partition)
-                           & F.col(offset).between(r.start, r.end - 1))
-    return inside
+        by_partition.setdefault((r.topic, r.partition), []).append(r)
+    return F.expr(" OR ".join(
+        f"({topic} = {_string(t)} AND {partition} = {int(p)} AND ("
+        + " OR ".join(f"{offset} BETWEEN {int(r.start)} AND {int(r.end) - 1}" for r in held) + "))"
+        for (t, p), held in by_partition.items()) or "false")
+
+
+def _identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _string(value: str) -> str:
+    """A Spark SQL string literal (backslash escapes, Spark's default)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def parse(records: DataFrame, config: PipelineConfig, registry: SchemaRegistry | None = None,
@@ -116,11 +130,12 @@ def _delete_keys(config: PipelineConfig) -> list[str]:
 def with_set_aside(parsed: DataFrame, set_aside: SetAside) -> DataFrame:
     """The parsed records with the set-aside ones' reason first (a cheap projection, so a
     cached parse serves every round of isolation)."""
-    aside = F.lit(None).cast("string")
-    for offsets, why in reversed(set_aside):
-        aside = F.when(in_ranges([offsets]), F.lit(why)).otherwise(aside)
     if not set_aside:
         return parsed
+    (first, why), *rest = set_aside
+    aside = F.when(in_ranges([first]), F.lit(why))  # one CASE, its first match's reason
+    for offsets, why in rest:
+        aside = aside.when(in_ranges([offsets]), F.lit(why))
     return parsed.withColumns({_SET_ASIDE: aside.isNotNull(), "reason": F.coalesce(aside, F.col("reason"))})
 
 

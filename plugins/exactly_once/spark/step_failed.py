@@ -18,7 +18,7 @@ class StepFailed(Exception):
 
     def __init__(self, sink: str, error: BaseException, transform: str | None, step: Step,
                  tasks: Mapping[int, Failed] | None = None):
-        super().__init__(f"sink {sink}: {error}")
+        super().__init__(sink, error)
         self.step, self.tasks = step, tasks
         failure = record_failure(error)
         if failure is None:
@@ -28,3 +28,7 @@ class StepFailed(Exception):
             message = message.replace("\x00", "\\x00")  # a dead letter's reason is text: no NUL
             by_transform = transform is not None and (raised_by_user_code(state) or step == ROWS)
             self.reason = f"transform {transform}: {message}" if by_transform else f"sink {sink}: {message}"
+
+    def __str__(self) -> str:  # rendered when shown: a PySpark error asks the driver's JVM for its text
+        sink, error = self.args
+        return f"sink {sink}: {error}"
