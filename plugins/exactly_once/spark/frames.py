@@ -59,7 +59,7 @@ def in_ranges(ranges: Sequence[OffsetRange], coordinates: Sequence[str] = ("topi
     for r in ranges:
         by_partition.setdefault((r.topic, r.partition), []).append(r)
     return F.expr(" OR ".join(
-        f"({topic} = {_string(t)} AND {partition} = {int(p)} AND ("
+        f"({topic} = {sql_string(t)} AND {partition} = {int(p)} AND ("
         + " OR ".join(f"{offset} BETWEEN {int(r.start)} AND {int(r.end) - 1}" for r in held) + "))"
         for (t, p), held in by_partition.items()) or "false")
 
@@ -68,7 +68,7 @@ def _identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _string(value: str) -> str:
+def sql_string(value: str) -> str:
     """A Spark SQL string literal (backslash escapes, Spark's default)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 

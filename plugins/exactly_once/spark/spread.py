@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from exactly_once.ledger.planning import OffsetRange
+from exactly_once.spark.frames import in_ranges, sql_string
 from exactly_once.spark.isolation import Located
 
 _MASK = 0xFFFFFFFF
@@ -64,10 +65,12 @@ def spread(parsed: DataFrame, split: Sequence[Sequence[OffsetRange]]) -> DataFra
     named = labels(len(split))
     # Each record's piece by a join with the pieces' ranges, broadcast: a hash lookup of its
     # partition's ranges. A CASE of a test a piece computed it 2-3 times slower for 60 pieces
-    # over 900,000 records (issue 63).
-    ranges = parsed.sparkSession.createDataFrame(
-        [(r.topic, r.partition, r.start, r.end, named[i]) for i, part in enumerate(split) for r in part],
-        f"{_TOPIC} string, {_PARTITION} int, {_START} long, {_END} long, {_PIECE} int")
+    # over 900,000 records (issue 63). The ranges are SQL values, which need no Spark job to
+    # broadcast; the filter before the join lets the cache skip its batches outside them.
+    ranges = parsed.sparkSession.sql(
+        "SELECT * FROM VALUES " + ", ".join(f"({sql_string(r.topic)}, {int(r.partition)}, {int(r.start)}L, "
+                                            f"{int(r.end)}L, {named[i]})" for i, part in enumerate(split) for r in part)
+        + f" AS ranges({_TOPIC}, {_PARTITION}, {_START}, {_END}, {_PIECE})")
     held = ((F.col("topic") == F.col(_TOPIC)) & (F.col("partition") == F.col(_PARTITION))
             & (F.col("offset") >= F.col(_START)) & (F.col("offset") < F.col(_END)))
     # Spark pushes filters down through a repartition, so a filter of the transform that
@@ -75,8 +78,9 @@ def spread(parsed: DataFrame, split: Sequence[Sequence[OffsetRange]]) -> DataFra
     # computed after it by a non-deterministic expression (the same reason in any partition;
     # Spark folded a random number's test away) stops them: every step filters on it.
     kept = F.when(F.spark_partition_id() >= 0, F.col("reason"))
-    return (parsed.join(F.broadcast(ranges), held).drop(_TOPIC, _PARTITION, _START, _END)
-            .repartition(len(split), _PIECE).drop(_PIECE).withColumn("reason", kept))
+    return (parsed.where(in_ranges([r for part in split for r in part])).join(F.broadcast(ranges), held)
+            .drop(_TOPIC, _PARTITION, _START, _END).repartition(len(split), _PIECE).drop(_PIECE)
+            .withColumn("reason", kept))
 
 
 def cached_pieces(parsed: DataFrame) -> list[list[OffsetRange]]:
@@ -85,7 +89,7 @@ def cached_pieces(parsed: DataFrame) -> list[list[OffsetRange]]:
     without the blocks of GAP offsets that hold none of them."""
     pieces: list[list[OffsetRange]] = [[] for _ in range(parsed.rdd.getNumPartitions())]
     held = parsed.groupBy(F.spark_partition_id().alias("p"), "topic", "partition",
-                          F.floor(F.col("offset") / GAP).alias("block")).agg(
+                          F.expr(f"`offset` div {GAP}").alias("block")).agg(
         F.min("offset").alias("first"), F.max("offset").alias("last"))
     block_before: dict[tuple[int, str, int], int] = {}
     for row in sorted(held.collect()):

@@ -80,7 +80,7 @@ def sweep_failing(failing: Sequence[OffsetRange], sweep: Sweep, k: int = PIECES,
     part known to fail is split into pieces, every part's pieces in one job whose tasks all run
     to their end (`sweep`), and each piece that failed is searched again, down to a record. A
     piece whose task failed after giving the rows of the records up to some offset (or none, in
-    a piece of one range) is searched next from there: the offsets of a batch of its Python
+    a piece of one partition) is searched next from there: the offsets of a batch of its Python
     UDFs (`udf_batch`) in a task of their own, or each on its own after batches of one record
     (where the transform keeps the records' order, the record it failed on is among them); the
     rest of the piece only if nothing there fails alone. So the first record each failed piece holds
