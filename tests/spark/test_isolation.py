@@ -257,13 +257,14 @@ def test_a_sweep_searches_a_failed_task_from_its_last_row_down_to_the_record_in_
     # each failed piece's first record found, and 8 with 7 before it, as the offsets after a last row
     # are searched each on its own; partition 1's, after 899,999 in the last piece: the next round's
     assert set(found) == {OffsetRange("t", p, o, o + 1) for p, o in ten - {(1, 4)}}
-    # beside the sweep that knows nothing of its tasks' rows: 4 levels, 85 tasks, against 7 and 352 (the
-    # first piece gave no row, 7 being in its first batch: its rest is searched beside its first batch)
+    # beside the sweep that knows nothing of its tasks' rows: 3 levels, 45 tasks, against 7 and 352 (the
+    # first piece gave no row, 7 being in its first batch: that batch searched first, its rest not needed)
     split_only = []
     assert sweep_failing([*big, OffsetRange("t", 1, 0, 5)], sweeper(dict.fromkeys(ten, "bad"), split_only)).keys() \
         == found.keys() | {OffsetRange("t", 1, 4, 5)}
-    assert len(calls) == 4 < len(split_only) == 7
-    assert 4 * sum(len(split) for split, _ in calls) < sum(len(split) for split in split_only)
+    assert len(calls) == 3 < len(split_only) == 7
+    assert [len(split) for split, _ in calls] == [16, 8, 21]  # 8 windows after a last row, then the offsets after each
+    assert 7 * sum(len(split) for split, _ in calls) < sum(len(split) for split in split_only)
 
 
 def test_a_sweep_searches_the_rest_of_a_failed_piece_when_the_records_after_its_last_row_pass():
@@ -361,12 +362,16 @@ def test_a_sweep_of_the_cached_pieces_reaches_over_an_aborted_transaction_to_the
 
 
 def test_a_sweep_keeps_its_jobs_within_their_tasks_bound_however_many_parts_it_searches():
-    # 16 failed pieces that gave no row, each searched in three single offsets and its rest: 64 parts
-    bad = {(0, o) for o in range(0, 1_600, 100)}
+    # 22 tasks of a first pass stopped after their first offset: 2 pieces each, the second failing
+    # on its first offset after no row, searched in three single offsets: 66 parts, in two jobs
+    starts = range(0, 2_200, 100)
+    bad = {(0, s + 50) for s in starts}
+    stops = [([OffsetRange("t", 0, s, s + 100)], Failed("x", OffsetRange("t", 0, s, s + 1), read=True)) for s in starts]
     calls = []
-    found = sweep_failing([OffsetRange("t", 0, 0, 1_600)], udf_sweeper(bad, calls=calls))  # asserts the bound
+    found = sweep_failing([], udf_sweeper(bad, calls=calls), stops=stops,  # the sweeper asserts the bound
+                          budget=Budget(max_isolated=len(starts)))
     assert found.keys() == {OffsetRange("t", p, o, o + 1) for p, o in bad}
-    assert max(len(split) for split, _ in calls) == SWEPT_TASKS
+    assert [len(split) for split, _ in calls] == [2 * len(starts), SWEPT_TASKS, 3 * len(starts) - SWEPT_TASKS]
 
 
 def test_a_sweep_leaves_out_what_fails_only_together_and_keeps_its_limits():
