@@ -263,7 +263,7 @@ def test_a_sweep_searches_a_failed_task_from_its_last_row_down_to_the_record_in_
     assert sweep_failing([*big, OffsetRange("t", 1, 0, 5)], sweeper(dict.fromkeys(ten, "bad"), split_only)).keys() \
         == found.keys() | {OffsetRange("t", 1, 4, 5)}
     assert len(calls) == 3 < len(split_only) == 7
-    assert [len(split) for split, _ in calls] == [16, 8, 21]  # 8 windows after a last row, then the offsets after each
+    assert [len(split) for split, _ in calls] == [16, 8, 21]  # 8 windows (one a first batch), then offsets
     assert 7 * sum(len(split) for split, _ in calls) < sum(len(split) for split in split_only)
 
 
@@ -372,6 +372,14 @@ def test_a_sweep_keeps_its_jobs_within_their_tasks_bound_however_many_parts_it_s
                           budget=Budget(max_isolated=len(starts)))
     assert found.keys() == {OffsetRange("t", p, o, o + 1) for p, o in bad}
     assert [len(split) for split, _ in calls] == [2 * len(starts), SWEPT_TASKS, 3 * len(starts) - SWEPT_TASKS]
+    # a sweep that knows nothing of its tasks' rows: 64 failed pieces of 100, each split in two,
+    # half of them waiting for the next job
+    bad = {(0, o): "bad" for o in range(50, 6_400, 100)}
+    calls = []
+    found = sweep_failing([OffsetRange("t", 0, 0, 6_400)], sweeper(bad, calls), budget=Budget(max_isolated=len(bad)))
+    assert found == {OffsetRange("t", p, o, o + 1): why for (p, o), why in bad.items()}
+    assert [len(split) for split in calls[:4]] == [16, SWEPT_TASKS, SWEPT_TASKS, SWEPT_TASKS]
+    assert [{size(piece) for piece in split} for split in calls[1:4]] == [{100}, {50}, {50}]
 
 
 def test_a_sweep_leaves_out_what_fails_only_together_and_keeps_its_limits():

@@ -48,9 +48,10 @@ class Failed:
 
 @dataclass(eq=False)
 class _Scope:
-    """A piece that failed, searched part by part: first the offsets after its task's last row,
-    then the rest of it (`rest`) if nothing under it is found to fail alone (a transform that
-    reorders its rows, offsets holding no record, records that fail only together)."""
+    """A piece that failed, searched part by part: first the offsets after its task's last row
+    (its first batch where it gave none), then the rest of it (`rest`) if nothing under it is
+    found to fail alone (a transform that reorders its rows, offsets holding no record, records
+    that fail only together)."""
 
     rest: list[OffsetRange]
     parent: _Scope | None
@@ -186,10 +187,12 @@ def _levels(level: list[_Part], sweep: Sweep, k: int, budget: Budget) -> dict[Of
 def _next_parts(piece: list[OffsetRange], failed: Failed, batch: int, parent: _Scope | None) -> list[_Part]:
     """The parts to search of a piece that failed, in a scope of their own below `parent`: the
     offsets after its task's last row (from its start where it gave none), the rest of the piece
-    only if nothing there fails alone; the whole piece where they are not known. A piece begins
-    at a record (spread.cached_pieces leaves out blocks of offsets that hold none), so a task that
-    gave no row most likely failed on its first batch; its rest searched beside that batch cost
-    16 of the 26 tasks of a level at ten records among 1 M (issue 63)."""
+    only if nothing there fails alone; the whole piece where they are not known. A task that gave
+    no row most likely failed on its first batch: the cached records' pieces leave out blocks of
+    offsets that hold none (spread.cached_pieces), so a piece rarely begins in such offsets (a gap
+    inside a block, a compacted topic's), where that batch passes and its rest is searched a job
+    later. Its rest searched beside its first batch cost 16 of the 26 tasks of a level at ten
+    records among 1 M (issue 63)."""
     searched = _after_last_row(piece, failed, batch)
     if searched is None:
         scope = _Scope([], parent)
