@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.request import urlopen
@@ -57,7 +58,8 @@ def worker_host(n: int) -> str:
     return f"127.0.0.{n}"
 
 
-def services(mode: str) -> list[Service]:
+def services(mode: str, conf: Mapping[str, str] | None = None) -> list[Service]:
+    """The mode's services; `conf`: Spark settings of a Connect server (its application's)."""
     bin_dir = _pyspark_home() / "bin"
     if mode == "standalone":
         master = Service("master", [str(bin_dir / "spark-class"), f"{SPARK_CLASS}.master.Master", "--host", LOOPBACK,
@@ -75,14 +77,16 @@ def services(mode: str) -> list[Service]:
         return [Service("connect", [str(bin_dir / "spark-submit"), "--class", CONNECT_SERVER, "--name",
                                     "Spark Connect server", "--master", "local[2]",
                                     "--conf", f"spark.connect.grpc.binding.address={LOOPBACK}",
-                                    "--conf", f"spark.connect.grpc.binding.port={port}"],
+                                    "--conf", f"spark.connect.grpc.binding.port={port}",
+                                    *(part for k, v in (conf or {}).items() for part in ("--conf", f"{k}={v}"))],
                         f"spark.connect.grpc.binding.port={port}")]
     return []
 
 
-def start(mode: str) -> list[str]:
+def start(mode: str, conf: Mapping[str, str] | None = None) -> list[str]:
     """Starts the mode's services that are not running, waits until they serve; their names.
-    Stops what it started if one does not come up."""
+    Stops what it started if one does not come up. `conf`: a Connect server's Spark settings
+    (one already running keeps its own)."""
     started = []
     # Not the stack's Airflow settings and connections, nor its clients' URLs: they hold
     # credentials, and a cluster's processes (its executors, a Connect server's Python
@@ -92,7 +96,7 @@ def start(mode: str) -> list[str]:
     env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"  # its fixed port 6066 is of no use here
     HOME.mkdir(parents=True, exist_ok=True)
     try:
-        for service in services(mode):
+        for service in services(mode, conf):
             if service.pid() is None:
                 service.log.unlink(missing_ok=True)
                 process.spawn(service.command, service.log, service.pid_file, env=env, cwd=HOME)

@@ -52,22 +52,31 @@ class Execution:
     stages: list[Stage] = field(default_factory=list)
 
 
-def timeline(event_log: Path) -> list[Execution]:
+def timeline(event_log: Path, window: tuple[float, float] | None = None) -> list[Execution]:
+    """The application's SQL executions; with `window` (seconds since the epoch, from and to),
+    only those that started in it, timed from its start: one job's in a Spark Connect server's
+    log, which every job on the server writes to, and which is still being written (its last
+    line may be cut)."""
     executions: dict[int, Execution] = {}
     job_execution, stage_job, stages = {}, {}, {}
     task_times = defaultdict(lambda: [0.0, 0.0, 0.0])
-    began = 0
+    began = 0 if window is None else window[0] * 1000
     for line in event_log.read_text().splitlines():
-        event = json.loads(line)
+        try:
+            event = json.loads(line)
+        except ValueError:  # the line a running application is writing
+            continue
         kind = event["Event"].rsplit(".", 1)[-1]
-        if kind == "SparkListenerApplicationStart":
+        if kind == "SparkListenerApplicationStart" and window is None:
             began = event["Timestamp"]
         elif kind == "SparkListenerSQLExecutionStart":
+            if window is not None and not window[0] * 1000 <= event["time"] <= window[1] * 1000:
+                continue
             top = re.search(r"== Physical Plan ==\n(?:AdaptiveSparkPlan.*\n\+- )?(.*)",
                             event.get("physicalPlanDescription", ""))
             executions[event["executionId"]] = Execution((event["time"] - began) / 1000, 0.0,
                                                          (top.group(1) if top else "")[:100])
-        elif kind == "SparkListenerSQLExecutionEnd":
+        elif kind == "SparkListenerSQLExecutionEnd" and event["executionId"] in executions:
             execution = executions[event["executionId"]]
             execution.seconds = (event["time"] - began) / 1000 - execution.started
         elif kind == "SparkListenerJobStart":
@@ -86,7 +95,7 @@ def timeline(event_log: Path) -> list[Execution]:
     for stage_id, stage in sorted(stages.items()):
         stage.run, stage.cpu, stage.gc = task_times[stage_id]
         execution_id = job_execution.get(stage_job.get(stage_id))
-        if execution_id is not None:
+        if execution_id is not None and int(execution_id) in executions:
             executions[int(execution_id)].stages.append(stage)
     return [executions[e] for e in sorted(executions)]
 
@@ -129,13 +138,15 @@ def statements(database: str, into: dict[str, str], part: str) -> Iterator[None]
 
 
 def write_profile(path: Path, event_logs: Path, parts: dict[str, str], pipeline: str | None = None,
-                  job: SparkRun | None = None) -> None:
-    """The timeline of the last event log in `event_logs`, the CPU of the `job`'s threads when
-    they were read, and the statements of `parts`, into `path`, titled by the pipeline's name (by
-    default, the folder's)."""
+                  job: SparkRun | None = None, window: tuple[float, float] | None = None) -> None:
+    """The timeline of the last event log in `event_logs` (only its executions in `window`, as
+    `timeline`: a Connect server's), the CPU of the `job`'s threads when they were read, and the
+    statements of `parts`, into `path`, titled by the pipeline's name (by default, the folder's)."""
     logs = sorted(event_logs.iterdir())
+    served = "" if window is None else ", the Spark Connect server's, from the client's session on"
     sections = [f"# Profile of {pipeline or path.parent.name}'s checkpoint", "",
-                f"## The increment job's Spark timeline ({logs[-1].name})", "", timeline_table(timeline(logs[-1]))]
+                f"## The increment job's Spark timeline ({logs[-1].name}{served})", "",
+                timeline_table(timeline(logs[-1], window))]
     if job is not None and job.cpu is not None:
         sections += ["", "## The increment job's CPU, by thread", "", job.cpu.table(job.seconds)]
     for part, table in parts.items():

@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import statistics
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -213,10 +214,17 @@ class Bench:
         Connect server's connection (`exactly_once.spark.runners.job_runner`)."""
         config = self.connected.ledger.config
         runner = job_runner(CONNECT, f"{config.name} increment", config, job_settings(self.servers))
-        jobs = []
+        jobs, statements = [], {}
         server = spark_cluster.running()["connect"]  # spark-submit execs the server's JVM under this pid
-        return self.connected.run(checkpoint_id, plan,
-                                  connect_job(runner, self.folder / "increment-connect.log", jobs, server), jobs)
+        began = time.time()
+        run = self.connected.run(checkpoint_id, plan,
+                                 connect_job(runner, self.folder / "increment-connect.log", jobs, server), jobs,
+                                 around=partial(self.profiling, statements))
+        logs = connect_event_logs(self.folder.parent)
+        if self.profile and logs.is_dir() and any(logs.iterdir()):  # not a server running before the benchmark
+            profiling.write_profile(self.folder / "profile-connect.md", logs, statements, config.name,
+                                    window=(began, time.time()))
+        return run
 
     def profiling(self, into: dict[str, str], part: str) -> AbstractContextManager:
         return profiling.statements(parse_dsn(self.db_url)["dbname"], into, part) if self.profile else nullcontext()
@@ -250,11 +258,19 @@ class Bench:
                             columns=sql.SQL(", ").join(map(sql.Identifier, columns)))[0]
 
 
+def connect_event_logs(folder: Path) -> Path:
+    """Where a warm Connect server the benchmark started writes its event log (`--profile`)."""
+    return folder / "connect-event-logs"
+
+
 @contextmanager
-def warm_connect_server() -> Iterator[None]:
-    """A Spark Connect server on local[2] (started unless running, then stopped), and the
-    Airflow connection `CONNECT` to it in this process's environment."""
-    started = spark_cluster.start("connect")
+def warm_connect_server(event_logs: Path | None = None) -> Iterator[None]:
+    """A Spark Connect server on local[2] (started unless running, then stopped), writing its
+    event log into `event_logs` if given (unless it was running), and the Airflow connection
+    `CONNECT` to it in this process's environment."""
+    if event_logs is not None:
+        shutil.rmtree(event_logs, ignore_errors=True)
+    started = spark_cluster.start("connect", profiling.event_log_conf(event_logs) if event_logs else None)
     variable = f"AIRFLOW_CONN_{CONNECT.upper()}"
     os.environ[variable] = json.dumps(spark_connection("connect"))
     try:
@@ -274,7 +290,7 @@ def measure(orders: int, servers: str, db_url: str, folder: Path, repetitions: i
         with Stopwatch() as produced:
             produce(servers, orders, seed=orders, topic=topic, per_transaction=PER_TRANSACTION)
         done = []
-        with warm_connect_server() if connect else nullcontext():
+        with warm_connect_server(connect_event_logs(folder) if profile else None) if connect else nullcontext():
             for repetition in range(repetitions):
                 bench = Bench(orders, repetition, servers, db_url, folder, profile, connect)
                 try:
