@@ -46,7 +46,7 @@ class Stage:
 @dataclass
 class Execution:
     """One SQL execution (an action: a count, a write, a collect) and its jobs' stages."""
-    started: float     # seconds since the application started
+    started: float     # seconds since the application started (or the timeline's window)
     seconds: float
     plan: str          # the physical plan's top operator
     stages: list[Stage] = field(default_factory=list)
@@ -54,9 +54,9 @@ class Execution:
 
 def timeline(event_log: Path, window: tuple[float, float] | None = None) -> list[Execution]:
     """The application's SQL executions; with `window` (seconds since the epoch, from and to),
-    only those that started in it, timed from its start: one job's in a Spark Connect server's
-    log, which every job on the server writes to, and which is still being written (its last
-    line may be cut)."""
+    only those that started in it, timed from its start: one checkpoint's in a Spark Connect
+    server's log, which every job on the server writes to. A line that is not JSON is skipped:
+    a running application's log may end in one cut short."""
     executions: dict[int, Execution] = {}
     job_execution, stage_job, stages = {}, {}, {}
     task_times = defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -64,7 +64,7 @@ def timeline(event_log: Path, window: tuple[float, float] | None = None) -> list
     for line in event_log.read_text().splitlines():
         try:
             event = json.loads(line)
-        except ValueError:  # the line a running application is writing
+        except ValueError:  # cut short: the line a running application is writing
             continue
         kind = event["Event"].rsplit(".", 1)[-1]
         if kind == "SparkListenerApplicationStart" and window is None:
@@ -143,7 +143,7 @@ def write_profile(path: Path, event_logs: Path, parts: dict[str, str], pipeline:
     `timeline`: a Connect server's), the CPU of the `job`'s threads when they were read, and the
     statements of `parts`, into `path`, titled by the pipeline's name (by default, the folder's)."""
     logs = sorted(event_logs.iterdir())
-    served = "" if window is None else ", the Spark Connect server's, from the client's session on"
+    served = "" if window is None else ", the Spark Connect server's, from the checkpoint's start"
     sections = [f"# Profile of {pipeline or path.parent.name}'s checkpoint", "",
                 f"## The increment job's Spark timeline ({logs[-1].name}{served})", "",
                 timeline_table(timeline(logs[-1], window))]

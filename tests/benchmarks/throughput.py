@@ -220,10 +220,9 @@ class Bench:
         run = self.connected.run(checkpoint_id, plan,
                                  connect_job(runner, self.folder / "increment-connect.log", jobs, server), jobs,
                                  around=partial(self.profiling, statements))
-        logs = connect_event_logs(self.folder.parent)
-        if self.profile and logs.is_dir() and any(logs.iterdir()):  # not a server running before the benchmark
-            profiling.write_profile(self.folder / "profile-connect.md", logs, statements, config.name,
-                                    window=(began, time.time()))
+        if self.profile and any(connect_event_logs(self.folder.parent).iterdir()):  # a server it started
+            profiling.write_profile(self.folder / "profile-connect.md", connect_event_logs(self.folder.parent),
+                                    statements, config.name, window=(began, time.time()))
         return run
 
     def profiling(self, into: dict[str, str], part: str) -> AbstractContextManager:
@@ -271,6 +270,9 @@ def warm_connect_server(event_logs: Path | None = None) -> Iterator[None]:
     if event_logs is not None:
         shutil.rmtree(event_logs, ignore_errors=True)
     started = spark_cluster.start("connect", profiling.event_log_conf(event_logs) if event_logs else None)
+    if event_logs is not None and not started:
+        print("the Spark Connect server ran before the benchmark, without its event log: no profile-connect.md",
+              flush=True)
     variable = f"AIRFLOW_CONN_{CONNECT.upper()}"
     os.environ[variable] = json.dumps(spark_connection("connect"))
     try:
