@@ -220,9 +220,10 @@ class Bench:
         run = self.connected.run(checkpoint_id, plan,
                                  connect_job(runner, self.folder / "increment-connect.log", jobs, server), jobs,
                                  around=partial(self.profiling, statements))
-        if self.profile and any(connect_event_logs(self.folder.parent).iterdir()):  # a server it started
-            profiling.write_profile(self.folder / "profile-connect.md", connect_event_logs(self.folder.parent),
-                                    statements, config.name, window=(began, time.time()))
+        event_logs = connect_event_logs(self.folder.parent)
+        if self.profile and any(event_logs.iterdir()):  # a server it started
+            profiling.write_profile(self.folder / "profile-connect.md", event_logs, statements, config.name,
+                                    window=(began, time.time()))
         return run
 
     def profiling(self, into: dict[str, str], part: str) -> AbstractContextManager:
