@@ -16,6 +16,7 @@ from psycopg2 import sql
 from exactly_once.config import PipelineConfig
 from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.tables import final_table, staging_tables
+from exactly_once.sinks._keyed import Keyed
 from tests.benchmarks import copies
 from tests.benchmarks.copies import Q
 from tests.benchmarks.stopwatch import Stopwatch
@@ -61,9 +62,14 @@ def measure(db_url: str, ledger: Ledger, folder: Path, schema: str) -> Limits:
     for sink in config.sinks:
         target = sql.Identifier(schema, f"final_{sink.name}")
         copies.execute(db_url, Q["create_like_final"], table=target, final=final_table(sink))
-        names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns[sink.name])
+        names = [c.name for c in columns[sink.name]]
+        source = sql.Identifier(schema, f"bare_{sink.name}")
+        statement = {"table": target, "columns": sql.SQL(", ").join(map(sql.Identifier, names))}
+        if isinstance(sink.strategy, Keyed):
+            statement |= {"folded": sink.strategy.folded(sink, source, sql.SQL("true"),
+                                                         [*names, *sink.strategy.marks(sink)])}
         with Stopwatch() as inserted:
-            copies.execute(db_url, Q["insert_select"], table=target, columns=names,
-                           source=sql.Identifier(schema, f"bare_{sink.name}"))
+            copies.execute(db_url, Q["insert_folded" if "folded" in statement else "insert_select"],
+                           source=source, **statement)
         insert_select += inserted.seconds
     return Limits(seconds["bare"], seconds["like_staging"], insert_select)

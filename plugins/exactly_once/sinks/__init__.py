@@ -24,7 +24,7 @@ from exactly_once.errors import ConfigError
 from exactly_once.registry import Registry
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 class Sink(Protocol):
@@ -80,6 +80,12 @@ class SinkMode(Protocol):
 
     def staging_rows(self, rows: DataFrame, sink: Sink, columns: list[str]) -> DataFrame:
         """The sink's staging rows from the transformed records (Spark); `columns` are the final table's."""
+
+    def rows_in_tasks(self, rows: DataFrame, sink: Sink, columns: list[str]) -> tuple[list[Column], list[str]] | None:
+        """`staging_rows` as the one-pass write makes them (exactly_once.spark.one_pass): the
+        fields of each record's row, and their roles in the fold each Spark task makes of its
+        rows per key (`jvm/.../copy/KeyedRows.java`; none: each row staged as it is); None when
+        the staged rows must be folded across tasks."""
 
     def contribution_columns(self, sink: Sink, columns: Sequence[str]) -> list[str] | None:
         """What the mode keeps of each checkpoint's contribution besides the final table

@@ -48,6 +48,17 @@ class Aggregate(Keyed):
         require_columns(rows, sink, self.record_columns(sink, columns))
         return rows.groupBy(*sink.keys).agg(*(folds[how](m).alias(m) for m, how in sink.measures.items()))
 
+    def rows_in_tasks(self, rows, sink, columns):
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType
+
+        require_columns(rows, sink, self.record_columns(sink, columns))
+        if any(how in ("min", "max") and isinstance(rows.schema[m].dataType, StringType)
+               for m, how in sink.measures.items()):
+            return None  # Spark's fold compares text by its bytes; the commit's SQL, of several folds, by a collation
+        measures = [F.lit(1) if how == "count" else F.col(m) for m, how in sink.measures.items()]
+        return [*(F.col(k) for k in sink.keys), *measures], ["key"] * len(sink.keys) + list(sink.measures.values())
+
     def folded(self, sink, source, where, columns) -> sql.Composed:
         return sql.SQL(named("merge/aggregate.sql")["folded"]).format(
             source=source, where=where, keys=names(sink.keys), folded_measures=sql.SQL(", ").join(

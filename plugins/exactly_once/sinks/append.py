@@ -35,6 +35,12 @@ class Append:
         require_columns(rows, sink, columns)
         return rows.select(*columns)
 
+    def rows_in_tasks(self, rows, sink, columns):
+        from pyspark.sql import functions as F
+
+        require_columns(rows, sink, columns)
+        return [F.col(c) for c in columns], []
+
     def promote(self, sink, tables) -> sql.Composed:
         return sql.SQL(named("merge/append.sql")["promote"]).format(
             final=tables.final, staging=tables.staging, columns=names(tables.columns))

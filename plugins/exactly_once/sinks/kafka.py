@@ -17,6 +17,7 @@ from psycopg2 import sql
 from exactly_once.kafka_columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from exactly_once.sinks import require_columns
 from exactly_once.sinks.aggregate import MODE as AGGREGATE
+from exactly_once.sinks.append import MODE as APPEND
 from exactly_once.sqlfiles import named
 
 COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
@@ -46,6 +47,10 @@ class Kafka:
             return AGGREGATE.staging_rows(rows, sink, columns)
         require_columns(rows, sink, columns)
         return rows.select(*columns)
+
+    def rows_in_tasks(self, rows, sink, columns):
+        # its measures' rows are folded in Spark only: its commit publishes each staged row
+        return None if sink.measures else APPEND.rows_in_tasks(rows, sink, columns)
 
     def promote(self, sink, tables) -> sql.Composed:
         # The sink's own names are bound into its statement, like its tables.

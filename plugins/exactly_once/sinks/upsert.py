@@ -84,14 +84,30 @@ class Upsert(Keyed):
     def staging_rows(self, rows, sink, columns):
         from pyspark.sql import functions as F
 
+        # An aggregate, not a window: each task keeps its newest row per key before the shuffle.
+        newest = F.max_by(F.struct(*self._staged(rows, sink, columns)), F.struct(*_spark_order(rows, sink)))
+        return rows.groupBy(*_keys(rows, sink)).agg(newest.alias("_newest")).select("_newest.*")
+
+    def rows_in_tasks(self, rows, sink, columns):
+        from pyspark.sql import functions as F
+
+        named = [*columns, KAFKA_TOMBSTONE]
+        checked = dict(zip(sink.keys, _keys(rows, sink)))  # a null key fails its row, as staging_rows' grouping does
+        fields = [checked.get(name, field) for name, field in zip(named, self._staged(rows, sink, columns))]
+        return ([*fields, F.struct(*_spark_order(rows, sink))],
+                ["key" if name in sink.keys else "value" for name in named] + ["order"])
+
+    @staticmethod
+    def _staged(rows, sink, columns) -> list:
+        """A row's staged columns: the final table's and its mark. Tombstones are rows of their
+        own (the frame's kafka_tombstone column; none without it): the newest of a key's rows
+        and tombstones is staged, marked."""
+        from pyspark.sql import functions as F
+
         require_columns(rows, sink, [*columns, *order(sink)])
-        # Tombstones are rows of their own (the frame's kafka_tombstone column; none without
-        # it): the newest of a key's rows and tombstones is staged, marked.
         tombstone = F.coalesce(F.col(KAFKA_TOMBSTONE), F.lit(False)) if KAFKA_TOMBSTONE in rows.columns \
             else F.lit(False)
-        # An aggregate, not a window: each task keeps its newest row per key before the shuffle.
-        newest = F.max_by(F.struct(*columns, tombstone.alias(KAFKA_TOMBSTONE)), F.struct(*_spark_order(rows, sink)))
-        return rows.groupBy(*_keys(rows, sink)).agg(newest.alias("_newest")).select("_newest.*")
+        return [*(F.col(c) for c in columns), tombstone.alias(KAFKA_TOMBSTONE)]
 
     def marks(self, sink) -> list[str]:
         return [KAFKA_TOMBSTONE]

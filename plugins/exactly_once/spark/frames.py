@@ -32,7 +32,7 @@ from exactly_once.spark.row_checks import first_refusal, refusals
 from exactly_once.spark.transforms import load_transform
 
 COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)
-_REFUSED = "_refused_because"
+REFUSED = "_refused_because"
 NOTED = "_last_row_noted"  # a column of the cached checked rows that notes where a task stopped (task_failures)
 _SET_ASIDE = "_set_aside"
 _TOO_LARGE, _RAW, _RAW_KEY, _TOMBSTONE = "_too_large", "_raw_value", "_raw_key", "_tombstone"
@@ -201,12 +201,12 @@ def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str
             checked = ([F.when(whole, check) for check in checked] + [F.when(deleting, c) for c in named]
                        + [F.when(truncating, c) for c in ordered])
         checks += checked
-    return rows.withColumn(_REFUSED, first_refusal(checks))
+    return rows.withColumn(REFUSED, first_refusal(checks))
 
 
 def _refused(checked: DataFrame) -> DataFrame:
     """Per record a row of which a sink table would refuse: its coordinates and why."""
-    return checked.where(F.col(_REFUSED).isNotNull()).groupBy(*COORDINATES).agg(F.min(_REFUSED).alias("reason"))
+    return checked.where(F.col(REFUSED).isNotNull()).groupBy(*COORDINATES).agg(F.min(REFUSED).alias("reason"))
 
 
 def _op_is(op: str) -> Column:
@@ -285,19 +285,45 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[s
 def _frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]], checked: DataFrame,
             refused: DataFrame, owned: list[DataFrame]) -> AttemptFrames:
     """attempt_frames from the cached checked rows and refusals."""
-    accepted = (checked.where(F.col(_REFUSED).isNull()).drop(_REFUSED, NOTED)
+    accepted = (checked.where(F.col(REFUSED).isNull()).drop(REFUSED, NOTED)
                 .join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_anti"))
     where = ["topic", "partition", "offset"]  # the records' names of the coordinates
-    letter = [F.lit(config.name).alias("pipeline"), *where, "key", "value", "reason"]
     unparsed = parsed.where(F.col("reason").isNotNull())
-    why_refused = refused.select(*(F.col(c).alias(r) for c, r in zip(COORDINATES, where)), "reason")
-    # One scan of the records for both kinds of dead letter (a refused record is one that parsed and fit).
-    letters = (parsed.join(F.broadcast(why_refused.withColumnRenamed("reason", _REFUSED)), where, "left")
-               .where(F.col("reason").isNotNull() | F.col(_REFUSED).isNotNull())
-               .withColumn("reason", F.coalesce("reason", _REFUSED)))
+    why_refused = _as_records(refused)
     bad = unparsed.where(~F.col(_SET_ASIDE)).select(*where, "reason").unionByName(why_refused)
     return AttemptFrames(
         {sink.name: sink.strategy.staging_rows(_with_deletes(accepted, parsed, config, sink), sink,
                                                [c.name for c in columns[sink.name]])
          for sink in config.sinks},
-        unparsed.select(*letter), letters.select(*letter), bad, refused, owned)
+        unparsed_letters(parsed, config), every_letter(parsed, refused, config), bad, refused, owned)
+
+
+def refused_records(checked: DataFrame) -> DataFrame:
+    """Per record a row of which a sink table would refuse: its coordinates and why."""
+    return _refused(checked)
+
+
+def _as_records(refused: DataFrame) -> DataFrame:
+    """The refusals under the records' names of the coordinates."""
+    return refused.select(*(F.col(c).alias(r) for c, r in zip(COORDINATES, ("topic", "partition", "offset"))),
+                          "reason")
+
+
+def every_letter(parsed: DataFrame, refused: DataFrame, config: PipelineConfig) -> DataFrame:
+    """The dead letters of the records that do not parse or fit, or are set aside, and of those
+    a sink table would refuse (`refused`, per record), from one scan of the records (a refused
+    record is one that parsed and fit)."""
+    why_refused = _as_records(refused).withColumnRenamed("reason", REFUSED)
+    return (parsed.join(F.broadcast(why_refused), ["topic", "partition", "offset"], "left")
+            .where(F.col("reason").isNotNull() | F.col(REFUSED).isNotNull())
+            .withColumn("reason", F.coalesce("reason", REFUSED)).select(*_letter(config)))
+
+
+def unparsed_letters(parsed: DataFrame, config: PipelineConfig) -> DataFrame:
+    """The dead letters of the parsed records that do not parse or fit, or are set aside."""
+    return parsed.where(F.col("reason").isNotNull()).select(*_letter(config))
+
+
+def _letter(config: PipelineConfig) -> list:
+    """A dead letter's columns of a parsed record: the record's coordinates, raw key and value, and why."""
+    return [F.lit(config.name).alias("pipeline"), "topic", "partition", "offset", "key", "value", "reason"]

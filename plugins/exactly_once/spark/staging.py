@@ -30,9 +30,9 @@ from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.registration import final_columns
 from exactly_once.ledger.tables import DEAD_LETTERS
 from exactly_once.schema_registry import SchemaRegistry
-from exactly_once.spark import rows_step
+from exactly_once.spark import one_pass, rows_step
 from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, cache_level, in_ranges, parse,
-                                       with_set_aside)
+                                       unparsed_letters, with_set_aside)
 from exactly_once.spark.isolation import (MAX_ISOLATED, ROWS, Budget, Located, NotIsolated, Step, Unlocated,
                                           describe, locate_failing, narrow)
 from exactly_once.spark.kept_rows import KeptRows, Round
@@ -86,6 +86,11 @@ class Staging:
         budget = Budget()  # isolation's limits, over every round
         kept = KeptRows(parsed, self.config, self.columns)
         try:
+            with phase("write_staging"):
+                faults.point("increment.before_write")
+                written = self._in_one_pass(parsed, set_aside)
+            if written is not None:
+                return count, written
             for _ in range(self.rounds):
                 try:
                     faults.point("increment.before_write")
@@ -166,11 +171,7 @@ class Staging:
                                          f"{self.checkpoint_id} read "
                                          + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
                 staging = frames.staging(any_refused=self._refusals(frames) > 0)
-                with self.ledger.rows() as rows:  # every table before any row is written, each once an attempt
-                    for name, frame in staging.items():
-                        if name not in self.typed:
-                            require_staged_types(rows, self.config, name, frame)
-                            self.typed.add(name)
+                require_staged_types(self.ledger, self.typed, staging)
                 written = self.writes.every_table(staging, self.attempt)
             finally:
                 frames.release()
@@ -178,6 +179,31 @@ class Staging:
             kept.end_round()
         self._trial_promote(self.attempt, [sink.name for sink in self.refusing])
         return written
+
+    def _in_one_pass(self, parsed: DataFrame, set_aside: SetAside) -> dict[str, int] | None:
+        """The attempt's rows in one pass (exactly_once.spark.one_pass) and promoted on trial
+        where a table may refuse some: the rows written per table; else None, nothing staged,
+        where the pass does not serve the pipeline, a record a sink table would refuse has rows
+        the pass wrote, or the pass or a trial fails (`write` then writes them, and isolates the
+        records at fault)."""
+        records = with_set_aside(parsed, set_aside)
+        rows = one_pass.plan(records, self.config, self.columns, self.writes.targets)
+        if rows is None:
+            return None
+        letters = unparsed_letters(records, self.config)
+        try:
+            require_staged_types(self.ledger, self.typed, {DEAD_LETTERS: letters, **rows.staged()})
+            written = self.writes.in_one_pass(rows, letters, self.attempt)
+            if written is not None:
+                self._trial_promote(self.attempt, [sink.name for sink in self.refusing])
+                return written
+        except StepFailed as failed:
+            log.warning("checkpoint %s attempt %s: %s; written table by table", self.checkpoint_id, self.attempt,
+                        failed.reason)
+        finally:
+            rows.release()
+        self._delete(self.attempt)
+        return None
 
     def _check(self, this_round: Round, records: DataFrame, kept: KeptRows) -> None:
         """The write's first pass (rows_step.check), what it computed whole told to `kept`."""

@@ -4,12 +4,15 @@ of the rows written to it (exactly_once.spark.staging)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import DataFrame
 
 from exactly_once import ddl
 from exactly_once.catalog import refuses_type
 from exactly_once.config import PipelineConfig, Sink
 from exactly_once.errors import ConfigError
+from exactly_once.ledger.protocol import Ledger
 from exactly_once.ledger.rows import LedgerRows
 from exactly_once.ledger.tables import staging_table
 
@@ -27,7 +30,17 @@ def promoted_on_trial(rows: LedgerRows, config: PipelineConfig, checkpoint_id: i
             if sink in refusing or any(rows.references(other, sink) for other in refusing if other != sink)]
 
 
-def require_staged_types(rows: LedgerRows, config: PipelineConfig, name: str, frame: DataFrame) -> None:
+def require_staged_types(ledger: Ledger, typed: set[str], staging: Mapping[str, DataFrame]) -> None:
+    """`require_staged_type` of each table (by sink, or the dead letters) not in `typed`, the
+    tables found to take their frames' types, which it adds; every table before any row is written."""
+    with ledger.rows() as rows:
+        for name, frame in staging.items():
+            if name not in typed:
+                require_staged_type(rows, ledger.config, name, frame)
+                typed.add(name)
+
+
+def require_staged_type(rows: LedgerRows, config: PipelineConfig, name: str, frame: DataFrame) -> None:
     """Each column of the sink's (or the dead letters') staging table takes the values of the
     frame's Spark type as Spark's JDBC writer bound them (an assignment cast exists: PostgreSQL
     answers, without inserting anything), as the COPY writer writes what such a cast makes of

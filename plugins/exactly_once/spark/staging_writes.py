@@ -1,8 +1,9 @@
-"""An attempt's staging tables written: each table's COPY (exactly_once.spark.copy_writer) a
-Spark job of its own, the tables' jobs at once from threads of the driver, so that one job's
-tasks take the cores another's leave idle (its last tasks, the driver planning the next job;
-at 1 M demo orders the job's staging write took 13.9 s at once against 15.2 s one by one,
-medians of 5: the docs' Performance page).
+"""An attempt's staging tables written: in one pass (exactly_once.spark.one_pass), then the
+dead letters, or each table's COPY (exactly_once.spark.copy_writer) a Spark job of its own;
+jobs at once from threads of the driver, so that one job's tasks take the cores another's
+leave idle (its last tasks, the driver planning the next job; at 1 M demo orders the
+job's staging write took 13.9 s at once against 15.2 s one by one, medians of 5: the docs'
+Performance page).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from pyspark.util import inheritable_thread_target
 
 from exactly_once import faults
 from exactly_once.config import PipelineConfig
-from exactly_once.ledger.tables import qualified, staging_table
-from exactly_once.spark.copy_writer import write_staging
+from exactly_once.ledger.tables import DEAD_LETTERS, qualified, staging_table
+from exactly_once.spark.copy_writer import write_staging, write_tables
 from exactly_once.spark.isolation import Step
+from exactly_once.spark.one_pass import OnePass
 from exactly_once.spark.spread import FailedTasks
 from exactly_once.spark.step_failed import StepFailed
 
@@ -54,6 +56,29 @@ class StagingWrites:
         written = {}
         for name, frame in staging.items():
             written[name] = self.one_table(name, frame, tag) if name in failed else outcomes[name]
+            faults.point(f"increment.wrote.{name}")
+        return written
+
+    def in_one_pass(self, rows: OnePass, unparsed: DataFrame, tag: int) -> dict[str, int] | None:
+        """Every sink's rows of the one pass, tagged `tag`, then the dead letters: `unparsed`'s,
+        or where a sink table would refuse rows, every dead letter, the refused records' too.
+        The rows written per table, the fault points `increment.wrote.<table>` passed in the
+        tables' order; None if a job failed (a record's failure or not: the table-by-table write
+        tells which) or a refused record has rows the pass wrote, whatever they staged left."""
+        try:
+            written = dict(zip(rows.tables, write_tables(rows.rows, list(rows.tables.values()), self.jdbc,
+                                                         self.checkpoint_id, tag, self.token)))
+            letters = rows.every_letter() if rows.refused_rows() else unparsed
+            if letters is None:
+                log.info("checkpoint %s: a record a sink table refuses has rows the one pass wrote; written table "
+                         "by table, its every row left out", self.checkpoint_id)
+                return None
+            written = {DEAD_LETTERS: self._copy(DEAD_LETTERS, letters, tag), **written}
+        except Exception as error:
+            log.warning("checkpoint %s: the one-pass write failed; written table by table: %s", self.checkpoint_id,
+                        error)
+            return None
+        for name in written:
             faults.point(f"increment.wrote.{name}")
         return written
 

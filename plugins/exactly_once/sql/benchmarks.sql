@@ -62,6 +62,11 @@ CREATE TABLE {table} (LIKE {final} INCLUDING INDEXES);
 -- name: insert_select
 INSERT INTO {table} ({columns}) SELECT {columns} FROM {source};
 
+-- name: insert_folded
+-- A keyed sink's: its staged rows folded per key first, as its commit folds them (each Spark
+-- task of the one-pass write stages its own folds).
+INSERT INTO {table} ({columns}) SELECT {columns} FROM ({folded}) AS f;
+
 -- name: digest
 -- Row count and an order-independent checksum of some columns of a table's rows.
 SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)), 0)::text

@@ -1,26 +1,17 @@
 package exactly_once.copy;
 
-import java.util.EnumSet;
+import java.util.Arrays;
 import java.util.Map;
-import java.util.Set;
 
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
-import org.apache.spark.sql.connector.catalog.TableCapability;
-import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.DataWriterFactory;
-import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
-import org.apache.spark.sql.connector.write.Write;
-import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
-import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * {@code frame.write.format("exactly_once_copy").mode("append")}: appends the frame's rows to a
@@ -35,7 +26,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * committed stay, so a task run again after it committed its COPY adds nothing (one committing
  * after the settlement adds rows pre-commit's count finds).
  */
-public final class CopySource implements TableProvider, DataSourceRegister {
+public final class CopySource extends WriteOnlySource {
 
   @Override
   public String shortName() {
@@ -43,46 +34,8 @@ public final class CopySource implements TableProvider, DataSourceRegister {
   }
 
   @Override
-  public boolean supportsExternalMetadata() {
-    return true; // the frame's schema is the table's: nothing is read to infer it
-  }
-
-  @Override
-  public StructType inferSchema(CaseInsensitiveStringMap options) {
-    throw new UnsupportedOperationException("exactly_once_copy only writes: it has no schema to infer");
-  }
-
-  @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    return new CopyTable(schema);
-  }
-
-  private record CopyTable(StructType schema) implements SupportsWrite {
-    @Override
-    public String name() {
-      return "exactly_once_copy";
-    }
-
-    @Override
-    public Set<TableCapability> capabilities() {
-      return EnumSet.of(TableCapability.BATCH_WRITE);
-    }
-
-    @Override
-    public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-      CopyStatement statement = CopyStatement.of(info.schema(), info.options());
-      return new WriteBuilder() {
-        @Override
-        public Write build() {
-          return new Write() {
-            @Override
-            public BatchWrite toBatch() {
-              return new CopyBatch(statement);
-            }
-          };
-        }
-      };
-    }
+    return new WriteOnlyTable(shortName(), schema, info -> new CopyBatch(CopyStatement.of(info.schema(), info.options())));
   }
 
   /** Sent to the executors: a writer per task. */
@@ -103,7 +56,7 @@ public final class CopySource implements TableProvider, DataSourceRegister {
     public void commit(WriterCommitMessage[] messages) {
       // Each task committed its own transaction; the job's messages say which count.
       if (statement.settlement() != null) {
-        statement.settlement().settle(statement, messages);
+        statement.settlement().settle(statement, Arrays.stream(messages).map(m -> (CopyWriter.Written) m).toList());
       }
     }
 

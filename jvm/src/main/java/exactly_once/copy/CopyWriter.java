@@ -48,6 +48,13 @@ final class CopyWriter implements DataWriter<InternalRow> {
 
   @Override
   public WriterCommitMessage commit() throws IOException {
+    Written written = commitCopy();
+    Faults.point("copy.after_task_commit");
+    return written;
+  }
+
+  /** Ends the COPY and commits its transaction: the rows written. */
+  Written commitCopy() throws IOException {
     if (copy != null) {
       send(format.trailer(), format.trailer().length);
       try {
@@ -57,7 +64,6 @@ final class CopyWriter implements DataWriter<InternalRow> {
         throw refused(failed);
       }
     }
-    Faults.point("copy.after_task_commit");
     return new Written(task, rows);
   }
 

@@ -4,9 +4,8 @@ import java.io.Serializable;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
-import java.util.Arrays;
+import java.util.List;
 
-import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.postgresql.Driver;
 
@@ -31,9 +30,10 @@ record Settlement(long checkpoint, int tag, String token) implements Serializabl
         Integer.parseInt(CopyStatement.required(options, "attempt")), token);
   }
 
-  void settle(CopyStatement statement, WriterCommitMessage[] messages) {
-    Long[] tasks = Arrays.stream(messages).map(m -> ((CopyWriter.Written) m).task()).toArray(Long[]::new);
-    long rows = Arrays.stream(messages).mapToLong(m -> ((CopyWriter.Written) m).rows()).sum();
+  /** Keeps the table's rows of the tag that these committed task attempts wrote. */
+  void settle(CopyStatement statement, List<CopyWriter.Written> committed) {
+    Long[] tasks = committed.stream().map(CopyWriter.Written::task).toArray(Long[]::new);
+    long rows = committed.stream().mapToLong(CopyWriter.Written::rows).sum();
     try (Connection connection = new Driver().connect(statement.url(), statement.login());
          PreparedStatement settle = connection.prepareStatement(SETTLE)) {
       settle.setString(1, statement.table());

@@ -1,0 +1,101 @@
+"""An attempt's staging rows from one Spark job (issue 63): each record parsed, transformed and
+checked once, every sink's rows written from that pass (`copy_writer.write_tables`: an
+append's rows as they come, a keyed sink's folded per key in each task, which its commit folds
+again), then the dead letters. The write of
+exactly_once.spark.staging makes the same rows in several jobs over cached records: a first
+pass, the refusals, then each table's (what the pass saves: the docs' Performance page).
+
+A record with one row a sink table would refuse reaches no sink. The pass leaves such rows out
+and counts them, and caches the checked rows as it computes them; where it left rows out, the
+refused records' dead letters are written from the cache (with every other dead letter: one
+job's rows are what a staging table keeps of the tag). A transform may make several rows of
+one record: when a refused record has rows the pass wrote, the attempt is written again the
+other way (Staging), which leaves out its every row. So it is when the pass fails: the other
+way's isolation finds the records at fault. Nor does the pass serve a pipeline whose records
+delete (their deletes are rows of the parsed records, not of the transform's), whose policy is `fail`
+(which names the bad records before anything is written), or with a sink whose rows only
+Spark's fold across tasks makes (a kafka sink's measures: its commit publishes each staged
+row; an aggregate's min or max of text, which the commit's SQL would fold in the column's
+collation where Spark compares bytes) or whose keys Spark groups otherwise than by their bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DoubleType, FloatType
+
+from exactly_once.catalog import ColumnType
+from exactly_once.config import PipelineConfig
+from exactly_once.ledger.tables import qualified, staging_table
+from exactly_once.spark.copy_writer import TableCopy
+from exactly_once.spark.frames import COORDINATES, REFUSED, cache_level, checked_rows, every_letter, refused_records
+
+
+@dataclass(frozen=True)
+class OnePass:
+    rows: DataFrame                   # column i: the fields of sink i's row of each accepted row
+    tables: dict[str, TableCopy]      # each sink's staging table, in the columns' order
+    refused: Observation              # how many rows the pass left out: a sink table would refuse them
+    records: DataFrame                # the parsed records the pass reads
+    checked: DataFrame                # their checked rows, cached by the pass: `release` them
+    config: PipelineConfig
+
+    def refused_rows(self) -> int:
+        return self.refused.get["rows"]
+
+    def every_letter(self) -> DataFrame | None:
+        """Every dead letter, the refused records' too (their raw key and value, which no
+        checked row carries); None when a refused record has rows the pass wrote (a transform
+        that makes several rows of a record), which it must not have. From the cached
+        checked rows: the transform does not run again."""
+        refused = refused_records(self.checked).persist(cache_level(self.checked.sparkSession))
+        try:
+            accepted = self.checked.where(F.col(REFUSED).isNull()).select(*COORDINATES)
+            if accepted.join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_semi").take(1):
+                return None
+            return every_letter(self.records, refused, self.config)
+        finally:
+            refused.unpersist()
+
+    def release(self) -> None:
+        self.checked.unpersist()
+
+    def staged(self) -> dict[str, DataFrame]:
+        """Each sink's staged rows as Spark's fold would make them (never computed: their types)."""
+        return {name: table.staged for name, table in self.tables.items()}
+
+
+def plan(records: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]],
+         targets: Mapping[str, Mapping[str, str]]) -> OnePass | None:
+    """The pass over the parsed `records` (those set aside marked), or None where it does not
+    serve the pipeline; `targets`: what each staging table's columns take, by sink."""
+    if config.source.deletes or config.on_bad_record == "fail":
+        return None
+    checked = checked_rows(records, config, columns)
+    accepted = checked.where(F.col(REFUSED).isNull()).drop(REFUSED)
+    fields, tables = [], {}
+    for sink in config.sinks:
+        names = [c.name for c in columns[sink.name]]
+        made = sink.strategy.rows_in_tasks(accepted, sink, names)
+        if made is None or not all(_grouped_by_bytes(accepted.schema[k].dataType) for k in sink.keys):
+            return None
+        row, roles = made
+        fields.append(F.struct(*row).alias(f"t{len(fields)}"))
+        tables[sink.name] = TableCopy(qualified(staging_table(config, sink.name)), targets[sink.name], roles,
+                                      sink.strategy.staging_rows(accepted, sink, names))
+    refused = Observation("rows a sink table would refuse")
+    # Cached as the pass computes them, for the dead letters of the records a sink table would refuse.
+    cached = checked.persist(cache_level(records.sparkSession))
+    counted = cached.observe(refused, F.count_if(F.col(REFUSED).isNotNull()).alias("rows"))
+    return OnePass(counted.where(F.col(REFUSED).isNull()).select(*fields), tables, refused, records, cached, config)
+
+
+def _grouped_by_bytes(key: DataType) -> bool:
+    """Whether Spark groups a key's values as a hash map of their bytes does (Folds, Newest in
+    jvm/): not a float or double (-0.0 and 0.0 are one group, every NaN another), nor a
+    string of a collation that compares otherwise."""
+    return not isinstance(key, (FloatType, DoubleType)) and getattr(key, "collation", "UTF8_BINARY") == "UTF8_BINARY"
