@@ -204,7 +204,7 @@ def checked_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str
     return rows.withColumn(REFUSED, first_refusal(checks))
 
 
-def _refused(checked: DataFrame) -> DataFrame:
+def refused_records(checked: DataFrame) -> DataFrame:
     """Per record a row of which a sink table would refuse: its coordinates and why."""
     return checked.where(F.col(REFUSED).isNotNull()).groupBy(*COORDINATES).agg(F.min(REFUSED).alias("reason"))
 
@@ -272,7 +272,7 @@ def attempt_frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[s
     if checked is None:
         checked = checked_rows(parsed, config, columns).persist(level)
         owned.append(checked)
-    refused = _refused(checked).persist(level)
+    refused = refused_records(checked).persist(level)
     owned.append(refused)
     try:
         return _frames(parsed, config, columns, checked, refused, owned)
@@ -296,11 +296,6 @@ def _frames(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, lis
                                                [c.name for c in columns[sink.name]])
          for sink in config.sinks},
         unparsed_letters(parsed, config), every_letter(parsed, refused, config), bad, refused, owned)
-
-
-def refused_records(checked: DataFrame) -> DataFrame:
-    """Per record a row of which a sink table would refuse: its coordinates and why."""
-    return _refused(checked)
 
 
 def _as_records(refused: DataFrame) -> DataFrame:
