@@ -84,3 +84,16 @@ def header_source(rows: DataFrame) -> DataFrame:
     record's `source` header (null without one), read from the headers column."""
     source = F.filter("kafka_headers", lambda header: header["key"] == "source")
     return rows.withColumn("source", F.get(source, 0)["value"].cast("string"))
+
+
+def twins_one_order(rows: DataFrame) -> DataFrame:
+    """Two rows of the order with id 'twin', the second's sku too long for the poison
+    pipeline's upsert table; one row of every other order; and the aggregate's `quantity`.
+    Column expressions only: a Spark Connect server runs it without this module."""
+    skus = F.when(F.col("id") == "twin", F.array("sku", F.lit("a-very-long-sku"))).otherwise(F.array("sku"))
+    return rows.withColumns({"sku": F.explode(skus), "quantity": F.col("qty")})
+
+
+def quantity(rows: DataFrame) -> DataFrame:
+    """The aggregate's `quantity`, in column expressions only (see twins_one_order)."""
+    return rows.withColumn("quantity", F.col("qty"))

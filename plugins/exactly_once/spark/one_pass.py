@@ -22,7 +22,7 @@ collation where Spark compares bytes) or whose keys Spark groups otherwise than 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
@@ -43,6 +43,7 @@ class OnePass:
     records: DataFrame                # the parsed records the pass reads
     checked: DataFrame                # their checked rows, cached by the pass: `release` them
     config: PipelineConfig
+    held: list[DataFrame] = field(default_factory=list)  # what else it cached: `release` them
 
     def refused_rows(self) -> int:
         return self.refused.get["rows"]
@@ -52,17 +53,17 @@ class OnePass:
         checked row carries); None when a refused record has rows the pass wrote (a transform
         that makes several rows of a record), which it must not have. From the cached
         checked rows: the transform does not run again."""
+        # Cached until `release`: read by the test below and by the dead letters' job.
         refused = refused_records(self.checked).persist(cache_level(self.checked.sparkSession))
-        try:
-            accepted = self.checked.where(F.col(REFUSED).isNull()).select(*COORDINATES)
-            if accepted.join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_semi").take(1):
-                return None
-            return every_letter(self.records, refused, self.config)
-        finally:
-            refused.unpersist()
+        self.held.append(refused)
+        accepted = self.checked.where(F.col(REFUSED).isNull()).select(*COORDINATES)
+        if accepted.join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_semi").take(1):
+            return None
+        return every_letter(self.records, refused, self.config)
 
     def release(self) -> None:
-        self.checked.unpersist()
+        for frame in (self.checked, *self.held):
+            frame.unpersist()
 
     def staged(self) -> dict[str, DataFrame]:
         """Each sink's staged rows as Spark's fold would make them (never computed: their types)."""
