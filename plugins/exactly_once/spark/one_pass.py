@@ -57,7 +57,8 @@ class OnePass:
         refused = refused_records(self.checked).persist(cache_level(self.checked.sparkSession))
         self.held.append(refused)
         accepted = self.checked.where(F.col(REFUSED).isNull()).select(*COORDINATES)
-        if accepted.join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_semi").take(1):
+        # One job over every partition: take(1) scans them in rounds, a job each, when none has a row.
+        if accepted.join(F.broadcast(refused.select(*COORDINATES)), list(COORDINATES), "left_semi").limit(1).count():
             return None
         return every_letter(self.records, refused, self.config)
 
@@ -89,7 +90,9 @@ def plan(records: DataFrame, config: PipelineConfig, columns: Mapping[str, list[
         tables[sink.name] = TableCopy(qualified(staging_table(config, sink.name)), targets[sink.name], roles,
                                       sink.strategy.staging_rows(accepted, sink, names))
     refused = Observation("rows a sink table would refuse")
-    # Cached as the pass computes them, for the dead letters of the records a sink table would refuse.
+    # Cached as the pass computes them, for the dead letters of the records a sink table would refuse:
+    # it costs the pass some CPU, but without it the refused records and the check would run the
+    # transform, perhaps a dear one, twice more (the Performance page, "The pass, profiled").
     cached = checked.persist(cache_level(records.sparkSession))
     counted = cached.observe(refused, F.count_if(F.col(REFUSED).isNotNull()).alias("rows"))
     return OnePass(counted.where(F.col(REFUSED).isNull()).select(*fields), tables, refused, records, cached, config)
