@@ -38,6 +38,7 @@ from tests.job_role import job_db_url
 from tests.kafka_records import moment_after_the_last_marker
 from tests.ledger.harness import Pipeline, committed_records, row_of, workload
 from tests.oracle import Record
+from tests.spark.poison import written_table_by_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,10 +94,6 @@ def expected_staging(pipeline: Pipeline, records: list[Record], token: int) -> d
     expected = oracle.expected(pipeline.config, records, row_of)
     return {sink: {(*row, token) for row in expected.values(sink, columns)}
             for sink, columns in oracle.final_columns(pipeline.db_url, pipeline.config).items()}
-
-
-def written_table_by_table(*args, **kwargs):
-    raise AssertionError("written table by table")
 
 
 @pytest.mark.parametrize("way", ["one pass", "table by table"])

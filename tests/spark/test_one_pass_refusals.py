@@ -1,8 +1,8 @@
 """The one-pass write's refusals (exactly_once.spark.one_pass), through the run path against
 real Kafka, Spark and PostgreSQL, on local Spark and over Spark Connect (a client session in
 this process, so that the table-by-table write can be made to fail). Rows a sink table would
-refuse are left out by the pass, and their records are written as dead letters from the pass's
-cache with the row checks' reasons, beside the records that do not parse: the table-by-table
+refuse are left out by the pass, and their records are written as dead letters from the checked
+rows' cache with the row checks' reasons, beside the records that do not parse: the table-by-table
 write fails if it is called. A record the transform makes two rows of, one refused, makes the
 pass give way to the table-by-table write, which leaves out its every row."""
 
@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from exactly_once.spark import one_pass
 from exactly_once.spark.staging_writes import StagingWrites
 from tests.job_role import in_process
-from tests.spark.poison import Orders, order, valid_orders
+from tests.spark.poison import Orders, order, valid_orders, written_table_by_table
 from tests.spark.test_poison import POISON
 
 # The poison cases the row checks refuse (and one that does not parse): none fails a Spark job.
@@ -52,10 +52,6 @@ def letters(monkeypatch) -> list:
         return returned[-1]
     monkeypatch.setattr(one_pass.OnePass, "every_letter", spy)
     return returned
-
-
-def written_table_by_table(*args, **kwargs):
-    raise AssertionError("written table by table")
 
 
 def test_rows_a_sink_table_would_refuse_are_left_out_by_the_pass_and_each_record_is_one_dead_letter(

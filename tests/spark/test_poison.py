@@ -23,10 +23,11 @@ from exactly_once.spark import kept_rows, one_pass
 from exactly_once.spark.increment import grouped_tasks, offsets_per_task
 from exactly_once.spark.runners import job_runner
 from exactly_once.spark.settings import JobSettings
+from exactly_once.spark.staging_writes import StagingWrites
 from exactly_once_stack import spark_cluster
 from exactly_once_stack.settings import spark_connection
 from tests.job_role import job_db_url
-from tests.spark.poison import TRANSFORM, Orders, order, valid_orders
+from tests.spark.poison import TRANSFORM, Orders, order, valid_orders, written_table_by_table
 from tests.spark.transforms import PRICED
 
 NUL = "\u0000"
@@ -248,14 +249,18 @@ def test_a_column_of_the_transform_no_sink_takes_is_never_computed(spark, ledger
         "transform tests.spark.transforms:raises_in_a_column_no_sink_takes: ValueError: cannot price order raises"]
 
 
+@pytest.mark.parametrize("way", ["one pass", "table by table"])
 def test_the_write_after_isolation_runs_the_transform_again_only_over_the_partitions_that_failed(
-        spark, ledger_db, kafka_servers, topic, monkeypatch):
-    """The write's first pass names the partition of the cached records whose task raised; the
-    next round reads the rows of the others from its cache: the transform ran once on each
-    record of the partition that passed, and the record it raises on is the one dead letter.
-    (Written table by table from the start: the one pass, exactly_once.spark.one_pass, would
-    have priced some of the records once more before it failed.)"""
-    monkeypatch.setattr(one_pass, "plan", lambda *args: None)
+        spark, ledger_db, kafka_servers, topic, monkeypatch, way):
+    """The write's first pass names the partition of the cached records whose task raised,
+    before any table is written; the next round reads the rows of the others from its cache and
+    writes them in one pass (exactly_once.spark.one_pass; the table-by-table write would fail),
+    or, where the pass serves no pipeline, table by table: the transform ran once on each
+    record of the partition that passed, and the record it raises on is the one dead letter."""
+    if way == "one pass":
+        monkeypatch.setattr(StagingWrites, "every_table", written_table_by_table)
+    else:
+        monkeypatch.setattr(one_pass, "plan", lambda *args: None)
     orders = Orders(ledger_db, kafka_servers, topic, transform="tests.spark.transforms:counts_what_it_prices")
     raises = order("raises")
     # two Kafka partitions, so two Spark tasks read them, one each (small ranges read together

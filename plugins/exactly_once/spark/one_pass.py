@@ -1,14 +1,14 @@
-"""An attempt's staging rows from one Spark job (issue 63): each record parsed, transformed and
-checked once, every sink's rows written from that pass (`copy_writer.write_tables`: an
-append's rows as they come, a keyed sink's folded per key in each task, which its commit folds
-again), then the dead letters. The write of
-exactly_once.spark.staging makes the same rows in several jobs over cached records: a first
-pass, the refusals, then each table's (what the pass saves: the docs' Performance page).
+"""An attempt's staging rows from one Spark job (issue 63): every sink's rows written from the
+checked rows the write's first pass computed into a cache, each record parsed, transformed and
+checked once (exactly_once.spark.kept_rows), by `copy_writer.write_tables` (an append's rows as
+they come, a keyed sink's folded per key in each task, which its commit folds again), then the
+dead letters. The table-by-table write of exactly_once.spark.staging makes the same rows in
+several jobs: the refusals, then each table's (what the pass saves: the docs' Performance page).
 
 A record with one row a sink table would refuse reaches no sink. The pass leaves such rows out
-and counts them, and caches the checked rows as it computes them; where it left rows out, the
-refused records' dead letters are written from the cache (with every other dead letter: one
-job's rows are what a staging table keeps of the tag). A transform may make several rows of
+and counts them; where it left rows out, the refused records' dead letters are written from the
+cached checked rows (with every other dead letter: one job's rows are what a staging table keeps
+of the tag). A transform may make several rows of
 one record: when a refused record has rows the pass wrote, the attempt is written again the
 other way (Staging), which leaves out its every row. So it is when the pass fails: the other
 way's isolation finds the records at fault. Nor does the pass serve a pipeline whose records
@@ -32,7 +32,7 @@ from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig
 from exactly_once.ledger.tables import qualified, staging_table
 from exactly_once.spark.copy_writer import TableCopy
-from exactly_once.spark.frames import COORDINATES, REFUSED, cache_level, checked_rows, every_letter, refused_records
+from exactly_once.spark.frames import COORDINATES, NOTED, REFUSED, cache_level, every_letter, refused_records
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,9 @@ class OnePass:
     tables: dict[str, TableCopy]      # each sink's staging table, in the columns' order
     refused: Observation              # how many rows the pass left out: a sink table would refuse them
     records: DataFrame                # the parsed records the pass reads
-    checked: DataFrame                # their checked rows, cached by the pass: `release` them
+    checked: DataFrame                # their checked rows, cached by the write's first pass
     config: PipelineConfig
-    held: list[DataFrame] = field(default_factory=list)  # what else it cached: `release` them
+    held: list[DataFrame] = field(default_factory=list)  # what the pass cached: `release` them
 
     def refused_rows(self) -> int:
         return self.refused.get["rows"]
@@ -63,7 +63,7 @@ class OnePass:
         return every_letter(self.records, refused, self.config)
 
     def release(self) -> None:
-        for frame in (self.checked, *self.held):
+        for frame in self.held:
             frame.unpersist()
 
     def staged(self) -> dict[str, DataFrame]:
@@ -71,14 +71,14 @@ class OnePass:
         return {name: table.staged for name, table in self.tables.items()}
 
 
-def plan(records: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]],
+def plan(records: DataFrame, checked: DataFrame, config: PipelineConfig, columns: Mapping[str, list[ColumnType]],
          targets: Mapping[str, Mapping[str, str]]) -> OnePass | None:
-    """The pass over the parsed `records` (those set aside marked), or None where it does not
+    """The pass over the parsed `records` (those set aside marked) and their `checked` rows,
+    cached by the write's first pass (exactly_once.spark.kept_rows), or None where it does not
     serve the pipeline; `targets`: what each staging table's columns take, by sink."""
     if config.source.deletes or config.on_bad_record == "fail":
         return None
-    checked = checked_rows(records, config, columns)
-    accepted = checked.where(F.col(REFUSED).isNull()).drop(REFUSED)
+    accepted = checked.where(F.col(REFUSED).isNull()).drop(REFUSED, NOTED)
     fields, tables = [], {}
     for sink in config.sinks:
         names = [c.name for c in columns[sink.name]]
@@ -90,12 +90,8 @@ def plan(records: DataFrame, config: PipelineConfig, columns: Mapping[str, list[
         tables[sink.name] = TableCopy(qualified(staging_table(config, sink.name)), targets[sink.name], roles,
                                       sink.strategy.staging_rows(accepted, sink, names))
     refused = Observation("rows a sink table would refuse")
-    # Cached as the pass computes them, for the dead letters of the records a sink table would refuse:
-    # it costs the pass some CPU, but without it the refused records and the check would run the
-    # transform, perhaps a dear one, twice more (the Performance page, "The pass, profiled").
-    cached = checked.persist(cache_level(records.sparkSession))
-    counted = cached.observe(refused, F.count_if(F.col(REFUSED).isNotNull()).alias("rows"))
-    return OnePass(counted.where(F.col(REFUSED).isNull()).select(*fields), tables, refused, records, cached, config)
+    counted = checked.observe(refused, F.count_if(F.col(REFUSED).isNotNull()).alias("rows"))
+    return OnePass(counted.where(F.col(REFUSED).isNull()).select(*fields), tables, refused, records, checked, config)
 
 
 def _grouped_by_bytes(key: DataType) -> bool:

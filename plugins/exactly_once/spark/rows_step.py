@@ -16,7 +16,7 @@ from exactly_once.catalog import ColumnType
 from exactly_once.config import PipelineConfig
 from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.tables import DEAD_LETTERS
-from exactly_once.spark.frames import COORDINATES, SetAside, checked_rows, with_set_aside
+from exactly_once.spark.frames import COORDINATES, AttemptFrames, SetAside, checked_rows, with_set_aside
 from exactly_once.spark.isolation import ROWS, Unlocated
 from exactly_once.spark.kept_rows import Round
 from exactly_once.spark.spread import spread
@@ -103,3 +103,23 @@ def check_rows(parsed: DataFrame, config: PipelineConfig, columns: Mapping[str, 
         checked_rows(parsed, config, columns).write.format("noop").mode("overwrite").save()
     except Exception as error:
         raise StepFailed(DEAD_LETTERS, error, config.transform, ROWS) from error
+
+
+def first_bad(frames: AttemptFrames, transform: str | None) -> list:
+    """Some bad records of the table-by-table write, computed by the transform and the row
+    checks; `StepFailed` if they fail (a UDF raising on a record: isolation names it, and the
+    policy `fail` fails on it)."""
+    try:
+        return frames.bad.limit(5).collect()
+    except Exception as error:
+        raise StepFailed(DEAD_LETTERS, error, transform, ROWS) from error
+
+
+def refusals(frames: AttemptFrames, transform: str | None) -> int:
+    """How many records a sink table would refuse, in the table-by-table write: the refusals
+    computed (and cached, for every sink's write) by the transform and the row checks;
+    `StepFailed` if they fail."""
+    try:
+        return frames.refused.count()
+    except Exception as error:
+        raise StepFailed(DEAD_LETTERS, error, transform, ROWS) from error

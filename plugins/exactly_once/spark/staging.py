@@ -31,7 +31,7 @@ from exactly_once.ledger.registration import final_columns
 from exactly_once.ledger.tables import DEAD_LETTERS
 from exactly_once.schema_registry import SchemaRegistry
 from exactly_once.spark import one_pass, rows_step
-from exactly_once.spark.frames import (AttemptFrames, SetAside, attempt_frames, cache_level, in_ranges, parse,
+from exactly_once.spark.frames import (SetAside, attempt_frames, cache_level, in_ranges, parse,
                                        unparsed_letters, with_set_aside)
 from exactly_once.spark.isolation import (MAX_ISOLATED, ROWS, Budget, Located, NotIsolated, Step, Unlocated,
                                           describe, locate_failing, narrow)
@@ -68,6 +68,7 @@ class Staging:
         self.writes = StagingWrites(self.config, jdbc, targets, self.checkpoint_id, token)
         self.typed: set[str] = set()  # the staging tables whose columns were found to take the frame's types
         self.held: list[list[OffsetRange]] | None = None  # the offsets of each partition of the cached records
+        self.passing = True  # whether the write in one pass is tried: not once it gave way in the attempt
         # Each isolation finds the records that fail at one step: the transform and row checks,
         # a table's COPY (the sinks' and the dead letters'), a sink's trial. And an upsert's
         # next-newest row may be refused once its newest is set aside. The transform's
@@ -86,11 +87,6 @@ class Staging:
         budget = Budget()  # isolation's limits, over every round
         kept = KeptRows(parsed, self.config, self.columns)
         try:
-            with phase("write_staging"):
-                faults.point("increment.before_write")
-                written = self._in_one_pass(parsed, set_aside)
-            if written is not None:
-                return count, written
             for _ in range(self.rounds):
                 try:
                     faults.point("increment.before_write")
@@ -158,42 +154,56 @@ class Staging:
     def write(self, records: DataFrame, set_aside: SetAside, kept: KeptRows) -> dict[str, int]:
         """Stages the rows of the cached `records`, those `set_aside` as dead letters, and
         promotes them on trial where a table may refuse some; `StepFailed` says which step
-        failed. The checked rows a round before computed whole come from `kept`."""
+        failed. The write's first pass computes the checked rows the rounds before did not
+        compute whole into `kept`'s cache; every table's rows are then written from them in one
+        pass (exactly_once.spark.one_pass), or table by table where the pass does not serve or
+        gave way once in the attempt (the table-by-table write names the step at fault)."""
         try:
             self._check(kept.round(set_aside), records, kept)
-            frames = attempt_frames(with_set_aside(records, set_aside), self.config, self.columns,
-                                    kept.rows(set_aside))
-            try:
-                if self.config.on_bad_record == "fail":
-                    first = self._first_bad(frames)
-                    if first:
-                        raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
-                                         f"{self.checkpoint_id} read "
-                                         + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
-                staging = frames.staging(any_refused=self._refusals(frames) > 0)
-                require_staged_types(self.ledger, self.typed, staging)
-                written = self.writes.every_table(staging, self.attempt)
-            finally:
-                frames.release()
+            checked = kept.rows(set_aside)
+            written = self._in_one_pass(records, set_aside, checked) if self.passing else None
+            if written is not None:
+                return written
+            self.passing = False
+            written = self._table_by_table(records, set_aside, checked)
         finally:
             kept.end_round()
         self._trial_promote(self.attempt, [sink.name for sink in self.refusing])
         return written
 
-    def _in_one_pass(self, parsed: DataFrame, set_aside: SetAside) -> dict[str, int] | None:
-        """The attempt's rows in one pass (exactly_once.spark.one_pass) and promoted on trial
-        where a table may refuse some: the rows written per table; else None, nothing staged,
-        where the pass does not serve the pipeline, a record a sink table would refuse has rows
-        the pass wrote, or the pass or a trial fails (`write` then writes them, and isolates the
-        records at fault)."""
+    def _table_by_table(self, records: DataFrame, set_aside: SetAside, checked: DataFrame) -> dict[str, int]:
+        """Each table's rows from the round's `checked` rows, a Spark job each (the refusals,
+        then every table's COPY at once)."""
+        frames = attempt_frames(with_set_aside(records, set_aside), self.config, self.columns, checked)
+        try:
+            if self.config.on_bad_record == "fail":
+                first = rows_step.first_bad(frames, self.config.transform)
+                if first:
+                    raise BadRecords(f"pipeline {self.config.name!r} fails on bad records; checkpoint "
+                                     f"{self.checkpoint_id} read "
+                                     + "; ".join(f"{r.topic}[{r.partition}]@{r.offset}: {r.reason}" for r in first))
+            staging = frames.staging(any_refused=rows_step.refusals(frames, self.config.transform) > 0)
+            require_staged_types(self.ledger, self.typed, staging)
+            return self.writes.every_table(staging, self.attempt)
+        finally:
+            frames.release()
+
+    def _in_one_pass(self, parsed: DataFrame, set_aside: SetAside, checked: DataFrame) -> dict[str, int] | None:
+        """The attempt's rows in one pass over their `checked` rows (exactly_once.spark.one_pass)
+        and promoted on trial where a table may refuse some: the rows written per table; else
+        None, nothing staged, where the pass does not serve the pipeline, a record a sink table
+        would refuse has rows the pass wrote, or the pass or a trial fails. Its jobs run in a
+        job group of their own: isolation reads the failed jobs of the table-by-table write's."""
         records = with_set_aside(parsed, set_aside)
-        rows = one_pass.plan(records, self.config, self.columns, self.writes.targets)
+        rows = one_pass.plan(records, checked, self.config, self.columns, self.writes.targets)
         if rows is None:
             return None
         letters = unparsed_letters(records, self.config)
+        tasks = FailedTasks.of(parsed.sparkSession)
         try:
             require_staged_types(self.ledger, self.typed, {DEAD_LETTERS: letters, **rows.staged()})
-            written = self.writes.in_one_pass(rows, letters, self.attempt)
+            with tasks.group("the write in one pass") if tasks else nullcontext():
+                written = self.writes.in_one_pass(rows, letters, self.attempt)
             if written is not None:
                 self._trial_promote(self.attempt, [sink.name for sink in self.refusing])
                 return written
@@ -219,22 +229,6 @@ class Staging:
         if self.held is None:
             self.held = cached_pieces(parsed)
         return self.held
-
-    def _first_bad(self, frames: AttemptFrames) -> list:
-        """Some bad records, computed by the transform and the row checks; `StepFailed` if they
-        fail (a UDF raising on a record: isolation names it, and the policy fails on it)."""
-        try:
-            return frames.bad.limit(5).collect()
-        except Exception as error:
-            raise StepFailed(DEAD_LETTERS, error, self.config.transform, ROWS) from error
-
-    def _refusals(self, frames: AttemptFrames) -> int:
-        """How many records a sink table would refuse: the refusals computed (and cached, for
-        every sink's write), by the transform and the row checks; `StepFailed` if they fail."""
-        try:
-            return frames.refused.count()
-        except Exception as error:
-            raise StepFailed(DEAD_LETTERS, error, self.config.transform, ROWS) from error
 
     def _locatable(self, step: Step) -> bool:
         """Whether the step runs each record's rows in the Spark task its record is in: the
