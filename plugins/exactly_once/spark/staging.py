@@ -91,7 +91,7 @@ class Staging:
                 try:
                     faults.point("increment.before_write")
                     with phase("write_staging"), (tasks.group() if tasks else nullcontext()) as group:
-                        return count, self.write(parsed, set_aside, kept)
+                        return count, self.write(parsed, set_aside, kept, tasks)
                 except StepFailed as refused:
                     if refused.reason is None:
                         raise refused.__cause__ from None
@@ -151,17 +151,21 @@ class Staging:
                               # the policy `fail` names every record it can at once
                               rest_is_the_next_write=refused.step == ROWS and self.config.on_bad_record != "fail")
 
-    def write(self, records: DataFrame, set_aside: SetAside, kept: KeptRows) -> dict[str, int]:
+    def write(self, records: DataFrame, set_aside: SetAside, kept: KeptRows,
+              tasks: FailedTasks | None) -> dict[str, int]:
         """Stages the rows of the cached `records`, those `set_aside` as dead letters, and
         promotes them on trial where a table may refuse some; `StepFailed` says which step
         failed. The write's first pass computes the checked rows the rounds before did not
         compute whole into `kept`'s cache; every table's rows are then written from them in one
         pass (exactly_once.spark.one_pass), or table by table where the pass does not serve or
-        gave way once in the attempt (the table-by-table write names the step at fault)."""
+        gave way once in the attempt (the table-by-table write names the step at fault). `tasks`:
+        the driver's failed tasks, None over Spark Connect."""
         try:
+            # The transform runs in the first pass, not inline in the pass: a record it raises on
+            # fails a job that wrote no table and names its partition, and its passing tasks' rows stay kept.
             self._check(kept.round(set_aside), records, kept)
             checked = kept.rows(set_aside)
-            written = self._in_one_pass(records, set_aside, checked) if self.passing else None
+            written = self._in_one_pass(records, set_aside, checked, tasks) if self.passing else None
             if written is not None:
                 return written
             self.passing = False
@@ -188,7 +192,8 @@ class Staging:
         finally:
             frames.release()
 
-    def _in_one_pass(self, parsed: DataFrame, set_aside: SetAside, checked: DataFrame) -> dict[str, int] | None:
+    def _in_one_pass(self, parsed: DataFrame, set_aside: SetAside, checked: DataFrame,
+                     tasks: FailedTasks | None) -> dict[str, int] | None:
         """The attempt's rows in one pass over their `checked` rows (exactly_once.spark.one_pass)
         and promoted on trial where a table may refuse some: the rows written per table; else
         None, nothing staged, where the pass does not serve the pipeline, a record a sink table
@@ -199,7 +204,6 @@ class Staging:
         if rows is None:
             return None
         letters = unparsed_letters(records, self.config)
-        tasks = FailedTasks.of(parsed.sparkSession)
         try:
             require_staged_types(self.ledger, self.typed, {DEAD_LETTERS: letters, **rows.staged()})
             with tasks.group("the write in one pass") if tasks else nullcontext():
