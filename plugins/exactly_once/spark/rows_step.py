@@ -18,7 +18,7 @@ from exactly_once.ledger.planning import OffsetRange
 from exactly_once.ledger.tables import DEAD_LETTERS
 from exactly_once.spark.frames import COORDINATES, AttemptFrames, SetAside, checked_rows, with_set_aside
 from exactly_once.spark.isolation import ROWS, Unlocated
-from exactly_once.spark.kept_rows import Round
+from exactly_once.spark.kept_rows import KeptRows, Round
 from exactly_once.spark.spread import spread
 from exactly_once.spark.step_failed import StepFailed
 from exactly_once.spark.sweeps import Failed
@@ -29,13 +29,23 @@ log = logging.getLogger(__name__)
 SHOWN = 10  # failed pieces a sweep's log line names, with where their tasks failed
 
 
-def check(this_round: Round, records: DataFrame, transform: str | None) -> bool:
-    """The round's checked rows computed into their cache (those of the partitions it computes,
-    exactly_once.spark.kept_rows), every task over the cached `records` to its end where the
-    driver's JVM can run them so; whether it could (not over Spark Connect, nor for a transform
-    with a shuffle of its own: the refusals' count computes them then). `StepFailed` naming
-    every task (the records' partition) that failed, where it stopped, and why the first did
-    (one whose error is not a record's first)."""
+def check(kept: KeptRows, set_aside: SetAside, records: DataFrame, transform: str | None) -> None:
+    """The write's first pass: a round's checked rows computed into their cache (those of the
+    partitions no cache of `kept` holds whole), every task over the cached `records` to its end
+    where the driver's JVM can run them so, and what it computed whole told to `kept`.
+    `StepFailed` naming every task (the records' partition) that failed, where it stopped, and
+    why the first did (one whose error is not a record's first)."""
+    try:
+        swept = _check(kept.round(set_aside), records, transform)
+    except StepFailed as failed:
+        kept.settle(sorted(failed.tasks) if failed.tasks else None)
+        raise
+    kept.settle([] if swept else None)
+
+
+def _check(this_round: Round, records: DataFrame, transform: str | None) -> bool:
+    """`check`'s pass; whether its tasks ran to their end (not over Spark Connect, nor for a
+    transform with a shuffle of its own: the refusals' count computes its rows then)."""
     if this_round.computed is None:
         return True  # every row kept from the rounds before
     try:

@@ -35,7 +35,7 @@ from exactly_once.spark.frames import (SetAside, attempt_frames, cache_level, in
                                        unparsed_letters, with_set_aside)
 from exactly_once.spark.isolation import (MAX_ISOLATED, ROWS, Budget, Located, NotIsolated, Step, Unlocated,
                                           describe, locate_failing, narrow)
-from exactly_once.spark.kept_rows import KeptRows, Round
+from exactly_once.spark.kept_rows import KeptRows
 from exactly_once.spark.spread import FailedTasks, cached_pieces, spread
 from exactly_once.spark.staging_tables import promoted_on_trial, require_staged_types
 from exactly_once.spark.staging_writes import StagingWrites
@@ -163,7 +163,7 @@ class Staging:
         try:
             # The transform runs in the first pass, not inline in the pass: a record it raises on
             # fails a job that wrote no table and names its partition, and its passing tasks' rows stay kept.
-            self._check(kept.round(set_aside), records, kept)
+            rows_step.check(kept, set_aside, records, self.config.transform)
             checked = kept.rows(set_aside)
             written = self._in_one_pass(records, set_aside, checked, tasks) if self.passing else None
             if written is not None:
@@ -218,15 +218,6 @@ class Staging:
             rows.release()
         self._delete(self.attempt)
         return None
-
-    def _check(self, this_round: Round, records: DataFrame, kept: KeptRows) -> None:
-        """The write's first pass (rows_step.check), what it computed whole told to `kept`."""
-        try:
-            swept = rows_step.check(this_round, records, self.config.transform)
-        except StepFailed as failed:
-            kept.settle(sorted(failed.tasks) if failed.tasks else None)
-            raise
-        kept.settle([] if swept else None)
 
     def _cached_pieces(self, parsed: DataFrame) -> list[list[OffsetRange]]:
         """The offsets of each partition of the attempt's cached records (a Spark job, once)."""
